@@ -1,0 +1,119 @@
+//! What a scope does on exit: escape policy, cache release policy, budget, grad mode.
+use serde::Serialize;
+use std::borrow::Cow;
+use std::panic::Location;
+
+/// What happens when allocations escape a scope or its budget is exceeded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EscapePolicy {
+    /// Panic with the report (default with debug assertions).
+    Panic,
+    /// Emit a `tracing` WARN event with the report (default without debug assertions).
+    Warn,
+    /// Return [`Error::Escaped`](crate::Error::Escaped) or [`Error::OverBudget`](crate::Error::OverBudget).
+    Error,
+    /// Only record it in the report.
+    Ignore,
+}
+
+/// The environment variable that overrides the default escape policy at deploy time.
+pub const ESCAPE_POLICY_ENV: &str = "GPU_SCOPE_ON_ESCAPE";
+
+impl EscapePolicy {
+    /// The default: `GPU_SCOPE_ON_ESCAPE` (`panic`, `warn` or `ignore`) if set, else `panic`
+    /// with debug assertions and `warn` without.
+    pub fn default_policy() -> Self {
+        let build = if cfg!(debug_assertions) { Self::Panic } else { Self::Warn };
+        match std::env::var(ESCAPE_POLICY_ENV).as_deref() {
+            Ok("panic") => Self::Panic,
+            Ok("warn") => Self::Warn,
+            Ok("ignore") => Self::Ignore,
+            Err(_) => build,
+            Ok(other) => {
+                tracing::warn!(
+                    "{ESCAPE_POLICY_ENV}={other:?} is not one of panic, warn, ignore; using {build:?}"
+                );
+                build
+            }
+        }
+    }
+}
+
+/// When a scope asks the accelerator's caching allocator to give unused blocks back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReleasePolicy {
+    /// Only when the outermost scope of the thread ends (default).
+    Outermost,
+    /// Whenever this scope ends. `emptyCache` is slow: avoid on hot inner scopes.
+    Always,
+    /// Never.
+    Never,
+    /// When the cached-but-unused bytes on a device the scope used exceed this many.
+    Above(u64),
+}
+
+/// How to run a scope. Built with [`ScopeOptions::new`] and the methods below.
+#[derive(Clone, Debug)]
+pub struct ScopeOptions {
+    pub(crate) name: Cow<'static, str>,
+    pub(crate) location: &'static Location<'static>,
+    pub(crate) on_escape: Option<EscapePolicy>,
+    pub(crate) release: ReleasePolicy,
+    pub(crate) max_peak: Option<u64>,
+    pub(crate) keep_grad_mode: bool,
+    pub(crate) device: Option<tch::Device>,
+}
+
+impl ScopeOptions {
+    /// Options for a scope called `name`, located at the caller.
+    #[track_caller]
+    pub fn new(name: impl Into<Cow<'static, str>>) -> Self {
+        ScopeOptions {
+            name: name.into(),
+            location: Location::caller(),
+            on_escape: None,
+            release: ReleasePolicy::Outermost,
+            max_peak: None,
+            keep_grad_mode: false,
+            device: None,
+        }
+    }
+
+    /// Sets the source location shown in reports.
+    pub fn location(mut self, location: &'static Location<'static>) -> Self {
+        self.location = location;
+        self
+    }
+
+    /// Sets the escape policy (default: [`EscapePolicy::default_policy`]).
+    pub fn on_escape(mut self, policy: EscapePolicy) -> Self {
+        self.on_escape = Some(policy);
+        self
+    }
+
+    /// Sets the cache release policy (default: [`ReleasePolicy::Outermost`]).
+    pub fn release(mut self, policy: ReleasePolicy) -> Self {
+        self.release = policy;
+        self
+    }
+
+    /// Fails the scope like an escape if its peak of live bytes goes over `bytes`.
+    pub fn max_peak(mut self, bytes: u64) -> Self {
+        self.max_peak = Some(bytes);
+        self
+    }
+
+    /// Keeps the caller's autograd mode instead of turning gradients off inside the scope.
+    pub fn keep_grad_mode(mut self, keep: bool) -> Self {
+        self.keep_grad_mode = keep;
+        self
+    }
+
+    /// The device whose memory the scope is about: checked to exist on entry.
+    pub fn device(mut self, device: tch::Device) -> Self {
+        self.device = Some(device);
+        self
+    }
+}

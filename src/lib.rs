@@ -1,0 +1,13 @@
+#![doc = include_str!("../README.md")]
+
+pub use gpu_scope_runtime::{
+    empty_cache, human_bytes, keep, memory_stats, reset_peak, scope, DeviceId, Error, Escape,
+    EscapePolicy, Finish, MemoryStats, ReleasePolicy, Scope, ScopeFuture, ScopeOptions,
+    ScopeReport, StorageSet, Tensors, ESCAPE_POLICY_ENV,
+};
+
+/// Everything generated code needs, under paths the user cannot shadow. Not public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use gpu_scope_runtime::*;
+}
