@@ -1,7 +1,37 @@
-//! Procedural macros of `gpu-scope`. Use them through the `gpu-scope` crate.
+//! Procedural macros of `gpu-scope`. Use them through the `gpu-scope` crate, which documents
+//! them; the parsing and expansion live in their own modules.
 use proc_macro::TokenStream;
 
+mod derive;
+mod expand_block;
+mod expand_fn;
+mod options;
+mod roots;
+mod size;
+
+/// See `gpu_scope::gpu_scope`.
 #[proc_macro_attribute]
-pub fn gpu_scope(_args: TokenStream, item: TokenStream) -> TokenStream {
-    item
+pub fn gpu_scope(args: TokenStream, item: TokenStream) -> TokenStream {
+    let original = proc_macro2::TokenStream::from(item.clone());
+    match expand_fn::expand(args.into(), item.into()) {
+        Ok(tokens) => tokens.into(),
+        // Emit the item untouched beside the error, so that only the error shows.
+        Err(e) => {
+            let mut out = e.into_compile_error();
+            out.extend(original);
+            out.into()
+        }
+    }
+}
+
+/// See `gpu_scope::scope!`.
+#[proc_macro]
+pub fn scope(input: TokenStream) -> TokenStream {
+    expand_block::expand(input.into()).unwrap_or_else(syn::Error::into_compile_error).into()
+}
+
+/// See `gpu_scope::Tensors`.
+#[proc_macro_derive(Tensors, attributes(tensors))]
+pub fn derive_tensors(input: TokenStream) -> TokenStream {
+    derive::expand(input.into()).unwrap_or_else(syn::Error::into_compile_error).into()
 }

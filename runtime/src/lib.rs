@@ -7,6 +7,11 @@ mod future;
 mod ledger;
 mod memory;
 mod options;
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::private::*;
+}
+mod private;
 mod report;
 mod scope;
 mod tensors;
@@ -18,5 +23,5 @@ pub use future::{Finish, ScopeFuture};
 pub use memory::{empty_cache, memory_stats, reset_peak, MemoryStats};
 pub use options::{EscapePolicy, ReleasePolicy, ScopeOptions, ESCAPE_POLICY_ENV};
 pub use report::{human_bytes, Escape, ScopeReport};
-pub use scope::{keep, scope, Scope};
+pub use scope::{keep, last_report, scope, Scope};
 pub use tensors::{StorageSet, Tensors};

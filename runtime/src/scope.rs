@@ -11,6 +11,15 @@ use std::time::Instant;
 
 static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
 
+thread_local! {
+    static LAST: std::cell::RefCell<Option<ScopeReport>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The report of the last scope that exited on this thread (checked or not).
+pub fn last_report() -> Option<ScopeReport> {
+    LAST.with(|l| l.borrow().clone())
+}
+
 /// An open scope on this thread. Leave it with [`Scope::exit`]; dropping it instead (a panic,
 /// an early return) ends it without a check and hands its live allocations to the enclosing
 /// scope. Not `Send`: a scope belongs to the thread that opened it.
@@ -90,7 +99,7 @@ impl Open {
             })
             .collect();
         let f = closed.frame;
-        ScopeReport {
+        let report = ScopeReport {
             name: self.opts.name.to_string(),
             location: format!("{}:{}", self.opts.location.file(), self.opts.location.line()),
             devices: devices.into_iter().collect(),
@@ -109,7 +118,9 @@ impl Open {
             checked: check,
             started: self.started.saturating_duration_since(*EPOCH),
             elapsed: self.started.elapsed(),
-        }
+        };
+        LAST.with(|l| *l.borrow_mut() = Some(report.clone()));
+        report
     }
 
     /// Closes with a check, emits the report and applies the escape policy.

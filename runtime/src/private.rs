@@ -1,0 +1,44 @@
+//! Support for generated code (re-exported under `gpu_scope::__private`). Not public API.
+use crate::{Error, StorageSet, Tensors};
+
+/// A value handed back by a scope, wrapped for autoref specialisation.
+#[allow(missing_debug_implementations)]
+pub struct Root<'a, T: ?Sized>(pub &'a T);
+
+/// Chosen when the value implements [`Tensors`].
+pub trait ViaTensors {
+    fn __gpu_scope_visit(&self, set: &mut StorageSet);
+}
+
+impl<T: Tensors + ?Sized> ViaTensors for Root<'_, T> {
+    fn __gpu_scope_visit(&self, set: &mut StorageSet) {
+        self.0.visit(set)
+    }
+}
+
+/// Chosen otherwise: the value is taken to hold no tensors, and the report names its type.
+pub trait ViaOpaque {
+    fn __gpu_scope_visit(&self, set: &mut StorageSet);
+}
+
+impl<T: ?Sized> ViaOpaque for &Root<'_, T> {
+    fn __gpu_scope_visit(&self, set: &mut StorageSet) {
+        set.add_opaque(std::any::type_name::<T>())
+    }
+}
+
+/// A return type that `on_escape = error` can turn an escape into.
+#[diagnostic::on_unimplemented(
+    message = "`on_escape = error` needs the function to return `Result<_, E>` with `E: From<gpu_scope::Error>`, not `{Self}`",
+    label = "this return type cannot carry a `gpu_scope::Error`",
+    note = "implement `From<gpu_scope::Error>` for the error type, return `Result<_, gpu_scope::Error>`, or choose `on_escape = panic | warn | ignore`"
+)]
+pub trait EscapeResult {
+    fn from_error(error: Error) -> Self;
+}
+
+impl<T, E: From<Error>> EscapeResult for Result<T, E> {
+    fn from_error(error: Error) -> Self {
+        Err(E::from(error))
+    }
+}

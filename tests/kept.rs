@@ -1,0 +1,107 @@
+//! What a scope hands back is never reported as escaped.
+mod common;
+use common::{floats, strict};
+use gpu_scope::{keep, scope, Scope};
+use tch::nn::{self, Module};
+use tch::{Device, Tensor};
+
+fn clean<T>(result: Result<(T, gpu_scope::ScopeReport), gpu_scope::Error>) -> (T, gpu_scope::ScopeReport) {
+    let (value, report) = result.unwrap();
+    assert!(report.is_clean(), "{report}");
+    (value, report)
+}
+
+#[test]
+fn returned_tensor() {
+    let (_t, report) = clean(scope(strict("ret"), || floats(10)));
+    assert_eq!(report.kept, 40);
+    assert_eq!(report.allocated, 40);
+}
+
+#[test]
+fn returned_containers() {
+    let (_v, report) = clean(scope(strict("tuple"), || {
+        (floats(1), vec![floats(2), floats(3)], Some(floats(4)), [floats(5)])
+    }));
+    assert_eq!(report.kept, 4 * 15);
+}
+
+#[test]
+fn kept_by_hand() {
+    let mut outer = Vec::new();
+    let (_, report) = clean(scope(strict("keep"), || {
+        let t = floats(25);
+        keep(&t);
+        outer.push(t);
+        drop(floats(1000));
+    }));
+    assert_eq!(report.kept, 100);
+    assert_eq!(report.freed, 4000);
+}
+
+#[test]
+fn growing_mut_argument_is_a_root() {
+    let mut cache: Vec<Tensor> = Vec::new();
+    for step in 1..=3 {
+        let guard = Scope::enter(strict("kv-cache")).unwrap();
+        cache.push(floats(8));
+        let report = guard.exit(&cache).unwrap();
+        assert_eq!(report.kept, 32, "step {step}: only this step's block is new");
+    }
+    assert_eq!(cache.len(), 3);
+}
+
+#[test]
+fn views_and_in_place_ops_on_outer_tensors() {
+    let mut outer = floats(100);
+    let (_, report) = clean(scope(strict("views"), || {
+        let _ = outer.narrow(0, 0, 10).shallow_clone();
+        let _ = outer.f_add_(&floats(100)).unwrap();
+        let _ = outer.view([10, 10]);
+    }));
+    assert_eq!(report.allocated, 400, "only the temporary operand is new: {report}");
+    assert_eq!(report.freed, 400);
+}
+
+#[test]
+fn outer_tensor_dropped_inside() {
+    let outer = floats(10);
+    let (_, report) = clean(scope(strict("drop-outer"), move || drop(outer)));
+    assert_eq!(report.allocated, 0);
+}
+
+#[test]
+fn var_store_built_inside_and_returned() {
+    let ((vs, model), report) = clean(scope(strict("varstore"), || {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let model = nn::linear(vs.root(), 16, 4, Default::default());
+        let _ = model.forward(&Tensor::ones([2, 16], (tch::Kind::Float, Device::Cpu)));
+        (vs, model)
+    }));
+    assert_eq!(report.kept, 4 * (16 * 4 + 4));
+    assert_eq!(vs.variables().len(), 2);
+    drop(model);
+}
+
+#[test]
+fn thousands_of_temporaries() {
+    let (_sum, report) = clean(scope(strict("loop"), || {
+        let mut acc = floats(16);
+        for _ in 0..5000 {
+            acc = &acc + &floats(16);
+        }
+        acc
+    }));
+    assert_eq!(report.kept, 64);
+    assert_eq!(report.allocated - report.freed, 64);
+    assert!(report.allocations >= 10_000);
+}
+
+#[test]
+fn shallow_clone_shares_storage() {
+    let (_c, report) = clean(scope(strict("shallow"), || {
+        let t = floats(10);
+        t.shallow_clone()
+    }));
+    assert_eq!(report.kept, 40);
+}

@@ -1,0 +1,179 @@
+//! Nesting, threads, panics, budgets, the error policy and the report's forms.
+mod common;
+use common::{escaped, floats, strict};
+use gpu_scope::{scope, EscapePolicy, Error, Scope, ScopeOptions};
+use std::sync::Mutex;
+use tch::Tensor;
+
+#[test]
+fn nesting_three_deep_hands_kept_blocks_outwards() {
+    let (_t, outer) = scope(strict("outer"), || {
+        let (t, middle) = scope(strict("middle"), || {
+            let (t, inner) = scope(strict("inner"), || floats(10)).unwrap();
+            assert_eq!(inner.kept, 40);
+            let _temp = floats(5);
+            t
+        })
+        .unwrap();
+        assert_eq!(middle.kept, 40);
+        assert_eq!(middle.allocated, 60);
+        t
+    })
+    .unwrap();
+    assert_eq!(outer.kept, 40);
+    assert_eq!(outer.allocated, 60, "the outer report counts inner work");
+    assert_eq!(outer.peak, 60);
+}
+
+#[test]
+fn inner_kept_but_dropped_by_outer_is_clean_and_inner_escape_reported_once() {
+    let (_, outer) = scope(strict("outer"), || {
+        let leaked = escaped(scope(strict("inner"), || std::mem::forget(floats(7))));
+        assert_eq!(leaked.escaped_bytes, 28);
+    })
+    .unwrap();
+    assert!(outer.is_clean(), "{outer}");
+}
+
+static PLANTED: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
+
+#[test]
+fn eight_threads_exact_counts() {
+    let handles: Vec<_> = (0..8)
+        .map(|thread| {
+            std::thread::spawn(move || {
+                let mut escapes = 0;
+                for i in 0..50 {
+                    let plant = thread % 2 == 0 && i % 10 == 3;
+                    let result = scope(strict("worker"), || {
+                        let t = floats(4 + thread as i64);
+                        if plant {
+                            PLANTED.lock().unwrap().push(floats(3));
+                        }
+                        t
+                    });
+                    match result {
+                        Ok(_) => assert!(!plant),
+                        Err(Error::Escaped(r)) => {
+                            assert!(plant);
+                            assert_eq!(r.escaped.len(), 1);
+                            assert_eq!(r.escaped_bytes, 12);
+                            escapes += 1;
+                        }
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                escapes
+            })
+        })
+        .collect();
+    let counts: Vec<usize> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(counts, vec![5, 0, 5, 0, 5, 0, 5, 0]);
+    PLANTED.lock().unwrap().clear();
+}
+
+#[test]
+fn panic_unwinds_without_check_then_clean_scope() {
+    let result = std::panic::catch_unwind(|| {
+        let _ = scope(strict("panics"), || -> () {
+            std::mem::forget(floats(9));
+            panic!("boom");
+        });
+    });
+    assert!(result.is_err());
+    let (_t, report) = scope(strict("after"), || floats(2)).unwrap();
+    assert!(report.is_clean());
+    assert_eq!(report.allocated, 8, "nothing from the panicked scope leaks into this one");
+}
+
+#[test]
+fn panic_policy_panics_with_the_report() {
+    let result = std::panic::catch_unwind(|| {
+        let _ = scope(ScopeOptions::new("loud").on_escape(EscapePolicy::Panic), || {
+            std::mem::forget(floats(11))
+        });
+    });
+    let message = *result.unwrap_err().downcast::<String>().unwrap();
+    assert!(message.contains("escaped scope `loud`"), "{message}");
+    assert!(message.contains("44 B"), "{message}");
+}
+
+#[test]
+fn budget_exceeded_and_respected() {
+    let over = scope(strict("tight").max_peak(100), || drop(floats(50)));
+    match over {
+        Err(Error::OverBudget(r)) => assert_eq!(r.peak, 200),
+        other => panic!("expected over budget, got {other:?}"),
+    }
+    let (_, ok) = scope(strict("roomy").max_peak(200), || drop(floats(50))).unwrap();
+    assert_eq!(ok.peak, 200);
+}
+
+#[test]
+fn error_policy_returns_typed_error() {
+    let err = scope(strict("typed"), || std::mem::forget(floats(3))).unwrap_err();
+    assert!(matches!(err, Error::Escaped(_)));
+    assert_eq!(err.report().unwrap().escaped_bytes, 12);
+}
+
+#[test]
+fn ignore_policy_still_reports() {
+    let opts = ScopeOptions::new("quiet").on_escape(EscapePolicy::Ignore);
+    let (_, report) = scope(opts, || std::mem::forget(floats(3))).unwrap();
+    assert_eq!(report.escaped_bytes, 12);
+}
+
+#[test]
+fn dropped_guard_ends_without_check() {
+    let outer = Scope::enter(strict("outer")).unwrap();
+    let inner = Scope::enter(strict("inner")).unwrap();
+    let t = floats(6);
+    drop(inner);
+    let report = outer.exit(&t).unwrap();
+    assert_eq!(report.kept, 24, "the inner scope handed its live block outwards");
+}
+
+#[test]
+fn missing_device_is_an_error() {
+    let err = Scope::enter(ScopeOptions::new("gpu").device(tch::Device::Cuda(7))).unwrap_err();
+    assert!(matches!(err, Error::NoSuchDevice { .. }));
+    assert!(err.to_string().contains("cuda:7"), "{err}");
+}
+
+#[test]
+fn report_table_and_json() {
+    let report = escaped(scope(strict("known"), || {
+        drop(floats(256));
+        std::mem::forget(floats(1024));
+        floats(16)
+    }));
+    let table = report.to_string();
+    assert!(table.contains("scope `known` at tests/lifecycle.rs:"), "{table}");
+    let row = |label: &str, value: &str| {
+        table.lines().any(|l| l.split_whitespace().collect::<Vec<_>>().join(" ") == format!("{label} {value}"))
+    };
+    assert!(row("allocated", "5.06 KiB"), "{table}");
+    assert!(row("kept", "64 B"), "{table}");
+    assert!(row("escaped", "4.00 KiB"), "{table}");
+    assert!(table.contains("aten::zeros"), "{table}");
+    assert!(table.contains("[1024] Float"), "{table}");
+    let json: serde_json::Value = serde_json::from_str(&report.to_json()).unwrap();
+    assert_eq!(json["name"], "known");
+    assert_eq!(json["allocated"], 4 * (256 + 1024 + 16));
+    assert_eq!(json["freed"], 1024);
+    assert_eq!(json["kept"], 64);
+    assert_eq!(json["escaped"][0]["bytes"], 4096);
+    assert_eq!(json["escaped"][0]["device"], "cpu");
+    assert_eq!(json["escaped"][0]["shape"][0], 1024);
+    assert!(json["elapsed"].is_u64());
+}
+
+#[test]
+fn grad_off_inside_unless_kept() {
+    let (off, _) = scope(strict("nograd"), || {
+        let w = floats(3).set_requires_grad(true);
+        (&w * 2).requires_grad()
+    })
+    .unwrap();
+    assert!(!off);
+}
