@@ -143,7 +143,7 @@ fn rewrite(mut func: ItemFn, options: crate::options::Options) -> TokenStream {
                 (Pat::Ident(p), _) if p.by_ref.is_none() && p.subpat.is_none() => {
                     let mutability = p.mutability.take();
                     let name = &p.ident;
-                    rebinds.push(quote!(let #mutability #name = #name;));
+                    rebinds.push(quote!(#[allow(unused_variables)] let #mutability #name = #name;));
                 }
                 (pat, _) => {
                     let name = format_ident!("__gpu_scope_arg{}", i, span = Span::mixed_site());
@@ -170,6 +170,11 @@ fn rewrite(mut func: ItemFn, options: crate::options::Options) -> TokenStream {
         _ => quote!(::core::panic!("{}", e)),
     };
     let block = &func.block;
+    // A closure inside an `unsafe fn` is not an unsafe context by itself.
+    let block = match func.sig.unsafety {
+        Some(_) => quote!({ #[allow(unused_unsafe)] let __gpu_scope_v = unsafe #block; __gpu_scope_v }),
+        None => quote!(#block),
+    };
     let collect = roots::collect(kept);
     let prelude = roots::prelude();
 

@@ -167,11 +167,11 @@ impl<K, V: Tensors> Tensors for BTreeMap<K, V> {
     }
 }
 
-impl<T: Tensors, E: Tensors> Tensors for Result<T, E> {
+/// Only the `Ok` value is searched: an error is not where tensors are handed back.
+impl<T: Tensors, E> Tensors for Result<T, E> {
     fn visit(&self, set: &mut StorageSet) {
-        match self {
-            Ok(v) => v.visit(set),
-            Err(e) => e.visit(set),
+        if let Ok(v) = self {
+            v.visit(set)
         }
     }
 }

@@ -1,0 +1,75 @@
+//! `#[gpu_scope]` on `async fn`: re-entered on every poll, on whichever thread polls.
+mod common;
+use common::floats;
+use gpu_scope::{gpu_scope, Error};
+use std::sync::Mutex;
+use tch::Tensor;
+
+static SINK: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
+
+#[gpu_scope(on_escape = error)]
+async fn hop(steps: usize, leak_at: Option<usize>) -> Result<Tensor, Error> {
+    let mut acc = floats(8);
+    for i in 0..steps {
+        // Yield to the runtime so that the next poll may run on another worker thread.
+        tokio::task::yield_now().await;
+        acc = &acc + &floats(8);
+        if leak_at == Some(i) {
+            SINK.lock().unwrap().push(floats(5));
+        }
+    }
+    Ok(acc)
+}
+
+fn assert_send<T: Send>(t: T) -> T {
+    t
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn polls_hop_threads_and_attribution_is_exact() {
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let leak_at = (i % 2 == 0).then_some(7);
+            tokio::spawn(async move {
+                let result = assert_send(hop(20, leak_at)).await;
+                (result, gpu_scope::last_report().unwrap())
+            })
+        })
+        .collect();
+    let mut escapes = 0;
+    for (i, t) in tasks.into_iter().enumerate() {
+        let (result, report) = t.await.unwrap();
+        match result {
+            Ok(acc) => {
+                assert_eq!(i % 2, 1);
+                assert_eq!(acc.size(), [8]);
+                assert_eq!((report.kept, report.allocated), (32, 41 * 32), "{report}");
+            }
+            Err(e) => {
+                assert_eq!(i % 2, 0);
+                let r = e.report().unwrap();
+                assert_eq!(r.escaped_bytes, 20, "{r}");
+                assert_eq!(r.allocated, 41 * 32 + 20, "{r}");
+                escapes += 1;
+            }
+        }
+    }
+    assert_eq!(escapes, 4);
+    SINK.lock().unwrap().clear();
+}
+
+#[gpu_scope(on_escape = error)]
+async fn slow() -> Result<Tensor, Error> {
+    let t = floats(4);
+    tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+    Ok(t)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_future_ends_without_check() {
+    let cancelled = tokio::time::timeout(std::time::Duration::from_millis(20), slow()).await;
+    assert!(cancelled.is_err());
+    // A clean scope on this task afterwards sees nothing of the cancelled one.
+    let (_, report) = gpu_scope::scope(common::strict("after"), || floats(1)).unwrap();
+    assert_eq!(report.allocated, 4);
+}

@@ -1,0 +1,238 @@
+//! `#[gpu_scope]` on each kind of function, asserting the report it leaves.
+mod common;
+use common::floats;
+use gpu_scope::{gpu_scope, last_report, Error, Tensors};
+use std::sync::Mutex;
+use tch::Tensor;
+
+static SINK: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
+
+#[gpu_scope(on_escape = error)]
+fn plain(n: i64) -> Result<Tensor, Error> {
+    let scratch = floats(n);
+    Ok(&scratch + &floats(n))
+}
+
+#[test]
+fn plain_fn_keeps_its_return_value() {
+    let t = plain(10).unwrap();
+    let r = last_report().unwrap();
+    assert_eq!(r.name, "attribute::plain");
+    assert_eq!(r.kept, 40);
+    assert_eq!(r.freed, 80);
+    assert_eq!(t.size(), [10]);
+}
+
+#[gpu_scope(on_escape = error)]
+fn early(leak: bool) -> Result<Tensor, Error> {
+    let t = floats(5);
+    if leak {
+        SINK.lock().unwrap().push(floats(2));
+        return Ok(t);
+    }
+    Ok(floats(1))
+}
+
+#[test]
+fn early_return_is_checked() {
+    let err = early(true).unwrap_err();
+    assert_eq!(err.report().unwrap().escaped_bytes, 8);
+    assert!(early(false).is_ok());
+    SINK.lock().unwrap().clear();
+}
+
+#[derive(Debug)]
+enum AppError {
+    Parse,
+    Scope(Error),
+}
+impl From<Error> for AppError {
+    fn from(e: Error) -> Self {
+        AppError::Scope(e)
+    }
+}
+
+#[gpu_scope(on_escape = error)]
+fn question(fail: bool) -> Result<Tensor, AppError> {
+    let t = floats(4);
+    if fail {
+        Err(AppError::Parse)?;
+    }
+    std::mem::forget(floats(3));
+    Ok(t)
+}
+
+#[test]
+fn question_mark_and_user_error_type() {
+    assert!(matches!(question(true), Err(AppError::Parse)));
+    assert!(last_report().unwrap().is_clean(), "the `?` exit freed everything");
+    match question(false) {
+        Err(AppError::Scope(e)) => assert_eq!(e.report().unwrap().escaped_bytes, 12),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[derive(Tensors, Default)]
+struct Decoder {
+    cache: Vec<Tensor>,
+    #[tensors(skip)]
+    steps: usize,
+}
+
+impl Decoder {
+    #[gpu_scope(on_escape = error)]
+    fn step(&mut self) -> Result<(), Error> {
+        self.cache.push(floats(16));
+        self.steps += 1;
+        let _temp = floats(100);
+        Ok(())
+    }
+
+    #[gpu_scope]
+    fn total(&self) -> f64 {
+        self.cache.iter().map(|t| t.sum(tch::Kind::Float).double_value(&[])).sum()
+    }
+}
+
+#[test]
+fn method_with_mut_self_growing_a_cache() {
+    let mut d = Decoder::default();
+    for _ in 0..3 {
+        d.step().unwrap();
+        let r = last_report().unwrap();
+        assert_eq!(r.kept, 64);
+        assert_eq!(r.freed, 400);
+    }
+    assert_eq!(d.steps, 3);
+    assert_eq!(d.total(), 0.0);
+}
+
+#[gpu_scope(on_escape = error)]
+fn generic<T: Tensors + Clone>(value: &T, n: i64) -> Result<(T, Tensor), Error>
+where
+    T: std::fmt::Debug,
+{
+    Ok((value.clone(), floats(n)))
+}
+
+#[test]
+fn generic_fn_with_where_clause() {
+    let (v, t) = generic(&7u8, 6).unwrap();
+    assert_eq!((v, t.size()), (7, vec![6]));
+    assert_eq!(last_report().unwrap().kept, 24);
+}
+
+#[gpu_scope(on_escape = warn)]
+fn returns_impl(n: i64) -> impl std::fmt::Debug {
+    floats(n)
+}
+
+#[test]
+fn impl_trait_return_keeps_the_concrete_value() {
+    let _v = returns_impl(3);
+    assert_eq!(last_report().unwrap().kept, 12);
+}
+
+#[allow(dead_code)]
+struct NoTrait(Tensor);
+
+#[gpu_scope(on_escape = ignore)]
+fn opaque(n: i64) -> NoTrait {
+    NoTrait(floats(n))
+}
+
+#[test]
+fn a_type_without_the_trait_is_opaque_and_the_report_says_so() {
+    let _v = opaque(3);
+    let r = last_report().unwrap();
+    assert_eq!(r.escaped_bytes, 12, "an opaque return value is seen as holding nothing");
+    assert_eq!(r.opaque_kept.len(), 1);
+    assert!(r.to_string().contains("derive(gpu_scope::Tensors)"), "{r}");
+}
+
+#[gpu_scope(on_escape = error)]
+fn takes_impl(t: impl AsRef<Tensor>) -> Result<Tensor, Error> {
+    Ok(t.as_ref() + &floats(2))
+}
+
+#[test]
+fn impl_trait_argument() {
+    let x = floats(2);
+    assert_eq!(takes_impl(&x).unwrap().size(), [2]);
+}
+
+#[gpu_scope(on_escape = error, name = "outer-fn")]
+fn outer() -> Result<Tensor, Error> {
+    let a = inner()?;
+    Ok(&a + &a)
+}
+
+#[gpu_scope(on_escape = error)]
+fn inner() -> Result<Tensor, Error> {
+    Ok(floats(8))
+}
+
+#[test]
+fn nested_attribute_functions() {
+    let _ = outer().unwrap();
+    let r = last_report().unwrap();
+    assert_eq!(r.name, "outer-fn");
+    assert_eq!(r.allocated, 64);
+    assert_eq!(r.kept, 32);
+}
+
+#[gpu_scope(on_escape = error, max_peak = "1 KiB")]
+fn budgeted(n: i64) -> Result<(), Error> {
+    drop(floats(n));
+    Ok(())
+}
+
+#[test]
+fn budget_from_a_size_literal() {
+    assert!(budgeted(256).is_ok());
+    assert!(matches!(budgeted(257), Err(Error::OverBudget(_))));
+}
+
+#[gpu_scope(on_escape = error, max_peak = limit)]
+fn budgeted_at_run_time(limit: u64) -> Result<(), Error> {
+    drop(floats(10));
+    Ok(())
+}
+
+#[test]
+fn budget_from_an_expression() {
+    assert!(budgeted_at_run_time(40).is_ok());
+    assert!(budgeted_at_run_time(39).is_err());
+}
+
+fn tracks_grad() -> bool {
+    let w = floats(1).set_requires_grad(true);
+    (&w * &w).requires_grad()
+}
+
+#[gpu_scope(keep_grad)]
+fn with_grad() -> bool {
+    tracks_grad()
+}
+
+#[gpu_scope]
+fn without_grad() -> bool {
+    tracks_grad()
+}
+
+#[test]
+fn grad_mode_option() {
+    assert!(with_grad());
+    assert!(!without_grad());
+}
+
+#[gpu_scope(on_escape = warn)]
+unsafe fn unsafe_fn(p: *const i64) -> i64 {
+    *p
+}
+
+#[test]
+fn unsafe_fn_works() {
+    let x = 5;
+    assert_eq!(unsafe { unsafe_fn(&x) }, 5);
+}

@@ -1,0 +1,81 @@
+//! `gpu_scope::scope!` around a block.
+mod common;
+use common::floats;
+use gpu_scope::{last_report, scope};
+use tch::Tensor;
+
+#[test]
+fn value_is_kept() {
+    let t = scope!({
+        let a = floats(4);
+        &a + &a
+    });
+    assert_eq!(t.size(), [4]);
+    let r = last_report().unwrap();
+    assert_eq!(r.kept, 16);
+    assert!(r.name.starts_with("tests/block.rs:"), "{}", r.name);
+}
+
+#[test]
+fn options_and_outer_bindings_kept() {
+    let mut cache: Vec<Tensor> = Vec::new();
+    let n = scope!(name = "push", on_escape = error, keep = [cache], {
+        cache.push(floats(3));
+        cache.len()
+    })
+    .unwrap();
+    assert_eq!(n, 1);
+    let r = last_report().unwrap();
+    assert_eq!((r.name.as_str(), r.kept), ("push", 12));
+}
+
+#[test]
+fn escape_caught_with_error_policy() {
+    let mut outer: Vec<Tensor> = Vec::new();
+    let err = scope!(on_escape = error, {
+        outer.push(floats(6));
+    })
+    .unwrap_err();
+    assert_eq!(err.report().unwrap().escaped_bytes, 24);
+}
+
+fn fallible(fail: bool) -> Result<Tensor, String> {
+    let kept = floats(2);
+    let t = scope!(on_escape = error, {
+        let t = floats(9);
+        if fail {
+            Err("stop".to_owned())?;
+        }
+        t
+    })
+    .map_err(|e| e.to_string())?;
+    drop(kept);
+    Ok(t)
+}
+
+#[test]
+fn question_mark_ends_the_block_without_a_check() {
+    assert_eq!(fallible(true).unwrap_err(), "stop");
+    let r = last_report().unwrap();
+    assert!(!r.checked, "{r}");
+    assert!(fallible(false).is_ok());
+}
+
+#[test]
+fn break_hands_live_blocks_to_the_enclosing_scope() {
+    let (_t, outer) = gpu_scope::scope(common::strict("outer"), || {
+        let mut found = None;
+        for i in 0..3 {
+            let t = floats(5);
+            scope!({
+                if i == 1 {
+                    found = Some(t.shallow_clone());
+                    break;
+                }
+            });
+        }
+        found.unwrap()
+    })
+    .unwrap();
+    assert!(outer.is_clean(), "{outer}");
+}

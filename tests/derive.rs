@@ -1,0 +1,75 @@
+//! `#[derive(Tensors)]` on structs and enums.
+mod common;
+use common::{floats, strict};
+use gpu_scope::{scope, StorageSet, Tensors};
+use tch::nn::{self, Module};
+use tch::{Device, Tensor};
+
+#[derive(Tensors)]
+struct Named {
+    a: Tensor,
+    b: Vec<Tensor>,
+    #[tensors(skip)]
+    label: std::rc::Rc<str>,
+}
+
+#[derive(Tensors)]
+struct Tuple(Tensor, Option<Tensor>);
+
+#[derive(Tensors)]
+struct Unit;
+
+#[derive(Tensors)]
+struct Generic<T> {
+    inner: T,
+}
+
+#[derive(Tensors)]
+enum Either {
+    One(Tensor),
+    Two { x: Tensor, y: Tensor },
+    Nothing,
+}
+
+#[derive(Debug, Tensors)]
+struct Mlp {
+    l1: nn::Linear,
+    l2: nn::Linear,
+    norm: nn::LayerNorm,
+}
+
+fn count<T: Tensors>(v: &T) -> usize {
+    let mut s = StorageSet::new();
+    v.visit(&mut s);
+    s.len()
+}
+
+#[test]
+fn fields_are_found_and_skips_skipped() {
+    let n = Named { a: floats(1), b: vec![floats(1), floats(1)], label: "x".into() };
+    assert_eq!(count(&n), 3);
+    assert_eq!(&*n.label, "x");
+    assert_eq!(count(&Tuple(floats(1), None)), 1);
+    assert_eq!(count(&Unit), 0);
+    assert_eq!(count(&Generic { inner: (floats(1), floats(1)) }), 2);
+    assert_eq!(count(&Either::Two { x: floats(1), y: floats(1) }), 2);
+    assert_eq!(count(&Either::One(floats(1))), 1);
+    assert_eq!(count(&Either::Nothing), 0);
+}
+
+#[test]
+fn a_model_of_nn_layers_is_kept() {
+    let (model, report) = scope(strict("model"), || {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let p = vs.root();
+        Mlp {
+            l1: nn::linear(&p / "l1", 8, 8, Default::default()),
+            l2: nn::linear(&p / "l2", 8, 2, Default::default()),
+            norm: nn::layer_norm(&p / "norm", vec![8], Default::default()),
+        }
+    })
+    .unwrap();
+    assert_eq!(report.kept, 4 * (64 + 8 + 16 + 2 + 8 + 8));
+    let x = Tensor::ones([1, 8], (tch::Kind::Float, Device::Cpu));
+    assert_eq!(model.l2.forward(&model.norm.forward(&model.l1.forward(&x))).size(), [1, 2]);
+}
