@@ -53,7 +53,7 @@ fn size_literal(lit: &LitStr) -> syn::Result<u64> {
         syn::Error::new(
             lit.span(),
             format!(
-                "bad size {why}; write a number and a unit such as \"512 MiB\", \"2 GiB\", \
+                "bad size: {why}; write a number and a unit such as \"512 MiB\", \"2 GiB\", \
                  \"100 MB\" or plain bytes \"4096\""
             ),
         )

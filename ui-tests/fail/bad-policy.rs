@@ -1,0 +1,6 @@
+#[gpu_scope::gpu_scope(on_escape = explode)]
+fn run() {}
+
+fn main() {
+    run();
+}

@@ -1,0 +1,3 @@
+fn main() {
+    let _ = gpu_scope::scope!(name = "x");
+}

@@ -1,0 +1,6 @@
+#[gpu_scope::gpu_scope(name = "a", name = "b")]
+fn run() {}
+
+fn main() {
+    run();
+}

@@ -1,0 +1,6 @@
+#[gpu_scope::gpu_scope(on_escape = error)]
+fn run() {}
+
+fn main() {
+    run();
+}

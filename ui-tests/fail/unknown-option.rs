@@ -1,0 +1,6 @@
+#[gpu_scope::gpu_scope(name = "x", verbose = true)]
+fn run() {}
+
+fn main() {
+    run();
+}
