@@ -15,8 +15,13 @@ fn main() {
         .expect("torch-sys did not report its libtorch lib folder (DEP_TCH_LIBTORCH_LIB)");
     // libtorch finds its CUDA libraries through `$ORIGIN`: the RUNPATH must be the real path.
     let lib = lib.canonicalize().unwrap_or(lib);
-    let root = lib.parent().expect("libtorch lib folder has a parent").to_path_buf();
-    let include = env_var("LIBTORCH_INCLUDE").map(PathBuf::from).unwrap_or(root);
+    let root = lib
+        .parent()
+        .expect("libtorch lib folder has a parent")
+        .to_path_buf();
+    let include = env_var("LIBTORCH_INCLUDE")
+        .map(PathBuf::from)
+        .unwrap_or(root);
     let abi = env_var("LIBTORCH_CXX11_ABI").unwrap_or_else(|| "1".to_owned());
 
     for file in ["shim/shim.cpp", "shim/shim.h"] {

@@ -2,8 +2,8 @@
 
 pub use gpu_scope_macros::{gpu_scope, scope, Tensors};
 pub use gpu_scope_runtime::{
-    empty_cache, human_bytes, keep, last_report, memory_stats, reset_peak, scope, DeviceId, Error, Escape,
-    EscapePolicy, Finish, MemoryStats, ReleasePolicy, Scope, ScopeFuture, ScopeOptions,
+    empty_cache, human_bytes, keep, last_report, memory_stats, reset_peak, scope, DeviceId, Error,
+    Escape, EscapePolicy, Finish, MemoryStats, ReleasePolicy, Scope, ScopeFuture, ScopeOptions,
     ScopeReport, StorageSet, Tensors, ESCAPE_POLICY_ENV,
 };
 

@@ -65,7 +65,10 @@ fn question(fail: bool) -> Result<Tensor, AppError> {
 #[test]
 fn question_mark_and_user_error_type() {
     assert!(matches!(question(true), Err(AppError::Parse)));
-    assert!(last_report().unwrap().is_clean(), "the `?` exit freed everything");
+    assert!(
+        last_report().unwrap().is_clean(),
+        "the `?` exit freed everything"
+    );
     match question(false) {
         Err(AppError::Scope(e)) => assert_eq!(e.report().unwrap().escaped_bytes, 12),
         other => panic!("{other:?}"),
@@ -90,7 +93,10 @@ impl Decoder {
 
     #[gpu_scope]
     fn total(&self) -> f64 {
-        self.cache.iter().map(|t| t.sum(tch::Kind::Float).double_value(&[])).sum()
+        self.cache
+            .iter()
+            .map(|t| t.sum(tch::Kind::Float).double_value(&[]))
+            .sum()
     }
 }
 
@@ -145,7 +151,10 @@ fn opaque(n: i64) -> NoTrait {
 fn a_type_without_the_trait_is_opaque_and_the_report_says_so() {
     let _v = opaque(3);
     let r = last_report().unwrap();
-    assert_eq!(r.escaped_bytes, 12, "an opaque return value is seen as holding nothing");
+    assert_eq!(
+        r.escaped_bytes, 12,
+        "an opaque return value is seen as holding nothing"
+    );
     assert_eq!(r.opaque_kept.len(), 1);
     assert!(r.to_string().contains("derive(gpu_scope::Tensors)"), "{r}");
 }

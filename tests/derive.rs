@@ -46,13 +46,28 @@ fn count<T: Tensors>(v: &T) -> usize {
 
 #[test]
 fn fields_are_found_and_skips_skipped() {
-    let n = Named { a: floats(1), b: vec![floats(1), floats(1)], label: "x".into() };
+    let n = Named {
+        a: floats(1),
+        b: vec![floats(1), floats(1)],
+        label: "x".into(),
+    };
     assert_eq!(count(&n), 3);
     assert_eq!(&*n.label, "x");
     assert_eq!(count(&Tuple(floats(1), None)), 1);
     assert_eq!(count(&Unit), 0);
-    assert_eq!(count(&Generic { inner: (floats(1), floats(1)) }), 2);
-    assert_eq!(count(&Either::Two { x: floats(1), y: floats(1) }), 2);
+    assert_eq!(
+        count(&Generic {
+            inner: (floats(1), floats(1))
+        }),
+        2
+    );
+    assert_eq!(
+        count(&Either::Two {
+            x: floats(1),
+            y: floats(1)
+        }),
+        2
+    );
     assert_eq!(count(&Either::One(floats(1))), 1);
     assert_eq!(count(&Either::Nothing), 0);
 }
@@ -71,5 +86,11 @@ fn a_model_of_nn_layers_is_kept() {
     .unwrap();
     assert_eq!(report.kept, 4 * (64 + 8 + 16 + 2 + 8 + 8));
     let x = Tensor::ones([1, 8], (tch::Kind::Float, Device::Cpu));
-    assert_eq!(model.l2.forward(&model.norm.forward(&model.l1.forward(&x))).size(), [1, 2]);
+    assert_eq!(
+        model
+            .l2
+            .forward(&model.norm.forward(&model.l1.forward(&x)))
+            .size(),
+        [1, 2]
+    );
 }

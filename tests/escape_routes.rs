@@ -15,14 +15,18 @@ thread_local! {
 
 #[test]
 fn global_static() {
-    let report = escaped(scope(strict("global"), || GLOBAL.lock().unwrap().push(floats(100))));
+    let report = escaped(scope(strict("global"), || {
+        GLOBAL.lock().unwrap().push(floats(100))
+    }));
     assert_one_escape(&report, 100);
     GLOBAL.lock().unwrap().clear();
 }
 
 #[test]
 fn thread_local_collection() {
-    let report = escaped(scope(strict("tls"), || LOCAL.with(|l| l.borrow_mut().push(floats(30)))));
+    let report = escaped(scope(strict("tls"), || {
+        LOCAL.with(|l| l.borrow_mut().push(floats(30)))
+    }));
     assert_one_escape(&report, 30);
 }
 
@@ -47,7 +51,10 @@ fn rc_cycle() {
         next: RefCell<Option<Rc<Node>>>,
     }
     let report = escaped(scope(strict("cycle"), || {
-        let a = Rc::new(Node { _t: floats(60), next: RefCell::new(None) });
+        let a = Rc::new(Node {
+            _t: floats(60),
+            next: RefCell::new(None),
+        });
         *a.next.borrow_mut() = Some(a.clone());
     }));
     assert_one_escape(&report, 60);

@@ -5,7 +5,9 @@ use gpu_scope::{keep, scope, Scope};
 use tch::nn::{self, Module};
 use tch::{Device, Tensor};
 
-fn clean<T>(result: Result<(T, gpu_scope::ScopeReport), gpu_scope::Error>) -> (T, gpu_scope::ScopeReport) {
+fn clean<T>(
+    result: Result<(T, gpu_scope::ScopeReport), gpu_scope::Error>,
+) -> (T, gpu_scope::ScopeReport) {
     let (value, report) = result.unwrap();
     assert!(report.is_clean(), "{report}");
     (value, report)
@@ -21,7 +23,12 @@ fn returned_tensor() {
 #[test]
 fn returned_containers() {
     let (_v, report) = clean(scope(strict("tuple"), || {
-        (floats(1), vec![floats(2), floats(3)], Some(floats(4)), [floats(5)])
+        (
+            floats(1),
+            vec![floats(2), floats(3)],
+            Some(floats(4)),
+            [floats(5)],
+        )
     }));
     assert_eq!(report.kept, 4 * 15);
 }
@@ -46,7 +53,10 @@ fn growing_mut_argument_is_a_root() {
         let guard = Scope::enter(strict("kv-cache")).unwrap();
         cache.push(floats(8));
         let report = guard.exit(&cache).unwrap();
-        assert_eq!(report.kept, 32, "step {step}: only this step's block is new");
+        assert_eq!(
+            report.kept, 32,
+            "step {step}: only this step's block is new"
+        );
     }
     assert_eq!(cache.len(), 3);
 }
@@ -59,7 +69,10 @@ fn views_and_in_place_ops_on_outer_tensors() {
         let _ = outer.f_add_(&floats(100)).unwrap();
         let _ = outer.view([10, 10]);
     }));
-    assert_eq!(report.allocated, 400, "only the temporary operand is new: {report}");
+    assert_eq!(
+        report.allocated, 400,
+        "only the temporary operand is new: {report}"
+    );
     assert_eq!(report.freed, 400);
 }
 
@@ -104,4 +117,21 @@ fn shallow_clone_shares_storage() {
         t.shallow_clone()
     }));
     assert_eq!(report.kept, 40);
+}
+
+#[test]
+fn convolution_scratch_from_raw_allocate_is_seen_freed() {
+    // oneDNN takes scratch buffers through `raw_allocate`/`raw_deallocate`: regression test for
+    // frees on that path being missed (reported as escapes, counted as live forever).
+    for _ in 0..3 {
+        let (_, report) = clean(scope(strict("conv"), || {
+            let vs = nn::VarStore::new(Device::Cpu);
+            let conv = nn::conv2d(vs.root(), 1, 16, 3, Default::default());
+            conv.forward(&Tensor::ones(
+                [8, 1, 28, 28],
+                (tch::Kind::Float, Device::Cpu),
+            ))
+        }));
+        assert_eq!(report.kept, 4 * 8 * 16 * 26 * 26);
+    }
 }

@@ -1,7 +1,7 @@
 //! Nesting, threads, panics, budgets, the error policy and the report's forms.
 mod common;
 use common::{escaped, floats, strict};
-use gpu_scope::{scope, EscapePolicy, Error, Scope, ScopeOptions};
+use gpu_scope::{scope, Error, EscapePolicy, Scope, ScopeOptions};
 use std::sync::Mutex;
 use tch::Tensor;
 
@@ -83,15 +83,19 @@ fn panic_unwinds_without_check_then_clean_scope() {
     assert!(result.is_err());
     let (_t, report) = scope(strict("after"), || floats(2)).unwrap();
     assert!(report.is_clean());
-    assert_eq!(report.allocated, 8, "nothing from the panicked scope leaks into this one");
+    assert_eq!(
+        report.allocated, 8,
+        "nothing from the panicked scope leaks into this one"
+    );
 }
 
 #[test]
 fn panic_policy_panics_with_the_report() {
     let result = std::panic::catch_unwind(|| {
-        let _ = scope(ScopeOptions::new("loud").on_escape(EscapePolicy::Panic), || {
-            std::mem::forget(floats(11))
-        });
+        let _ = scope(
+            ScopeOptions::new("loud").on_escape(EscapePolicy::Panic),
+            || std::mem::forget(floats(11)),
+        );
     });
     let message = *result.unwrap_err().downcast::<String>().unwrap();
     assert!(message.contains("escaped scope `loud`"), "{message}");
@@ -130,7 +134,10 @@ fn dropped_guard_ends_without_check() {
     let t = floats(6);
     drop(inner);
     let report = outer.exit(&t).unwrap();
-    assert_eq!(report.kept, 24, "the inner scope handed its live block outwards");
+    assert_eq!(
+        report.kept, 24,
+        "the inner scope handed its live block outwards"
+    );
 }
 
 #[test]
@@ -148,9 +155,14 @@ fn report_table_and_json() {
         floats(16)
     }));
     let table = report.to_string();
-    assert!(table.contains("scope `known` at tests/lifecycle.rs:"), "{table}");
+    assert!(
+        table.contains("scope `known` at tests/lifecycle.rs:"),
+        "{table}"
+    );
     let row = |label: &str, value: &str| {
-        table.lines().any(|l| l.split_whitespace().collect::<Vec<_>>().join(" ") == format!("{label} {value}"))
+        table.lines().any(|l| {
+            l.split_whitespace().collect::<Vec<_>>().join(" ") == format!("{label} {value}")
+        })
     };
     assert!(row("allocated", "5.06 KiB"), "{table}");
     assert!(row("kept", "64 B"), "{table}");

@@ -27,12 +27,20 @@ fn no_stderr_from_libtorch() {
         return;
     }
     let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "no_stderr_from_libtorch", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "no_stderr_from_libtorch",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD, "1")
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "child failed: {stderr}");
-    assert!(!stderr.contains("unknown size"), "libtorch printed: {stderr}");
+    assert!(
+        !stderr.contains("unknown size"),
+        "libtorch printed: {stderr}"
+    );
     assert!(!stderr.contains("[W "), "libtorch printed: {stderr}");
 }

@@ -50,31 +50,32 @@ fn visit_fields(fields: &Fields) -> syn::Result<(TokenStream, TokenStream)> {
 pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
     let input: DeriveInput = syn::parse2(input)?;
     let name = &input.ident;
-    let arms = match &input.data {
-        Data::Struct(s) => {
-            let (pattern, visits) = visit_fields(&s.fields)?;
-            vec![quote!(#name #pattern => { #visits })]
-        }
-        Data::Enum(e) => e
-            .variants
-            .iter()
-            .map(|v| {
-                let variant = &v.ident;
-                let (pattern, visits) = visit_fields(&v.fields)?;
-                Ok(quote!(#name::#variant #pattern => { #visits }))
-            })
-            .collect::<syn::Result<_>>()?,
-        Data::Union(u) => {
-            return Err(syn::Error::new(
+    let arms =
+        match &input.data {
+            Data::Struct(s) => {
+                let (pattern, visits) = visit_fields(&s.fields)?;
+                vec![quote!(#name #pattern => { #visits })]
+            }
+            Data::Enum(e) => e
+                .variants
+                .iter()
+                .map(|v| {
+                    let variant = &v.ident;
+                    let (pattern, visits) = visit_fields(&v.fields)?;
+                    Ok(quote!(#name::#variant #pattern => { #visits }))
+                })
+                .collect::<syn::Result<_>>()?,
+            Data::Union(u) => return Err(syn::Error::new(
                 u.union_token.span,
                 "`Tensors` cannot be derived for a union: gpu-scope cannot tell which field is \
                  live; implement `gpu_scope::Tensors` by hand",
-            ))
-        }
-    };
+            )),
+        };
     let mut generics = input.generics.clone();
     for param in generics.type_params_mut() {
-        param.bounds.push(syn::parse_quote!(::gpu_scope::__private::Tensors));
+        param
+            .bounds
+            .push(syn::parse_quote!(::gpu_scope::__private::Tensors));
     }
     let (impl_generics, ty_generics, where_clause) = generics.split_for_impl();
     Ok(quote! {

@@ -28,7 +28,10 @@ fn not_a_function(item: &TokenStream) -> syn::Error {
 }
 
 fn is_extern(func: &ItemFn) -> bool {
-    func.sig.abi.as_ref().is_some_and(|abi| abi.name.as_ref().is_none_or(|n| n.value() != "Rust"))
+    func.sig
+        .abi
+        .as_ref()
+        .is_some_and(|abi| abi.name.as_ref().is_none_or(|n| n.value() != "Rust"))
 }
 
 /// Finds `impl Trait` anywhere in a type.
@@ -92,12 +95,10 @@ fn check(func: &ItemFn, policy: Option<Policy>) -> syn::Result<()> {
                      return `Result<_, E>` with `E: From<gpu_scope::Error>`",
                 ))
             }
-            ReturnType::Type(_, ty) if has_impl_trait(ty) => {
-                return Err(syn::Error::new_spanned(
-                    ty,
-                    "`on_escape = error` needs a nameable `Result<_, E>` return type, not `impl Trait`",
-                ))
-            }
+            ReturnType::Type(_, ty) if has_impl_trait(ty) => return Err(syn::Error::new_spanned(
+                ty,
+                "`on_escape = error` needs a nameable `Result<_, E>` return type, not `impl Trait`",
+            )),
             ReturnType::Type(..) => {}
         }
     }
@@ -124,7 +125,11 @@ fn rewrite(mut func: ItemFn, options: crate::options::Options) -> TokenStream {
         policy = Some(Policy::Warn);
     }
     let ident = &func.sig.ident;
-    let default_name = quote!(::core::concat!(::core::module_path!(), "::", ::core::stringify!(#ident)));
+    let default_name = quote!(::core::concat!(
+        ::core::module_path!(),
+        "::",
+        ::core::stringify!(#ident)
+    ));
     let opts = options.build(default_name, policy);
     let opts = quote_spanned!(ident.span()=> #opts);
 
@@ -172,7 +177,9 @@ fn rewrite(mut func: ItemFn, options: crate::options::Options) -> TokenStream {
     let block = &func.block;
     // A closure inside an `unsafe fn` is not an unsafe context by itself.
     let block = match func.sig.unsafety {
-        Some(_) => quote!({ #[allow(unused_unsafe)] let __gpu_scope_v = unsafe #block; __gpu_scope_v }),
+        Some(_) => {
+            quote!({ #[allow(unused_unsafe)] let __gpu_scope_v = unsafe #block; __gpu_scope_v })
+        }
         None => quote!(#block),
     };
     let collect = roots::collect(kept);

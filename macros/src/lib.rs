@@ -27,11 +27,15 @@ pub fn gpu_scope(args: TokenStream, item: TokenStream) -> TokenStream {
 /// See `gpu_scope::scope!`.
 #[proc_macro]
 pub fn scope(input: TokenStream) -> TokenStream {
-    expand_block::expand(input.into()).unwrap_or_else(syn::Error::into_compile_error).into()
+    expand_block::expand(input.into())
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
 }
 
 /// See `gpu_scope::Tensors`.
 #[proc_macro_derive(Tensors, attributes(tensors))]
 pub fn derive_tensors(input: TokenStream) -> TokenStream {
-    derive::expand(input.into()).unwrap_or_else(syn::Error::into_compile_error).into()
+    derive::expand(input.into())
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
 }

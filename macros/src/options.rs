@@ -43,7 +43,10 @@ pub(crate) struct Options {
 
 fn duplicate<T>(slot: &Option<T>, span: Span, key: &str) -> syn::Result<()> {
     match slot {
-        Some(_) => Err(syn::Error::new(span, format!("option `{key}` is given twice; keep one"))),
+        Some(_) => Err(syn::Error::new(
+            span,
+            format!("option `{key}` is given twice; keep one"),
+        )),
         None => Ok(()),
     }
 }
@@ -78,12 +81,12 @@ impl Options {
                 "warn" => Policy::Warn,
                 "error" => Policy::Error,
                 "ignore" => Policy::Ignore,
-                _ => {
-                    return Err(syn::Error::new(
-                        word.span(),
-                        format!("unknown escape policy `{word}`; write one of panic, warn, error, ignore"),
-                    ))
-                }
+                _ => return Err(syn::Error::new(
+                    word.span(),
+                    format!(
+                        "unknown escape policy `{word}`; write one of panic, warn, error, ignore"
+                    ),
+                )),
             };
             self.on_escape = Some((policy, word.span()));
         } else if look.peek(kw::release) {
@@ -96,7 +99,10 @@ impl Options {
                 quote!(#p::Above(#bytes))
             } else {
                 let word: Ident = input.parse().map_err(|e| {
-                    syn::Error::new(e.span(), "write `release = outermost | always | never | \"<size>\"`")
+                    syn::Error::new(
+                        e.span(),
+                        "write `release = outermost | always | never | \"<size>\"`",
+                    )
                 })?;
                 match word.to_string().as_str() {
                     "outermost" => quote!(#p::Outermost),
@@ -140,7 +146,11 @@ impl Options {
             self.keep = list.into_iter().collect();
             self.keep_span = Some(key.span);
         } else {
-            let valid = if block { format!("{VALID}{VALID_BLOCK}") } else { VALID.to_owned() };
+            let valid = if block {
+                format!("{VALID}{VALID_BLOCK}")
+            } else {
+                VALID.to_owned()
+            };
             let mut err = look.error();
             if let Ok(tt) = input.fork().parse::<proc_macro2::TokenTree>() {
                 err = syn::Error::new(tt.span(), format!("unknown option `{tt}`; {valid}"));
@@ -171,7 +181,11 @@ impl Options {
 
     /// A `ScopeOptions` expression; `default_name` is used when no `name` was given.
     pub(crate) fn build(&self, default_name: TokenStream, policy: Option<Policy>) -> TokenStream {
-        let name = self.name.as_ref().map(|n| quote!(#n)).unwrap_or(default_name);
+        let name = self
+            .name
+            .as_ref()
+            .map(|n| quote!(#n))
+            .unwrap_or(default_name);
         let mut out = quote!(::gpu_scope::__private::ScopeOptions::new(#name));
         if let Some(policy) = policy {
             let p = match policy {

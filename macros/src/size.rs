@@ -3,9 +3,13 @@
 /// Parses `"123"`, `"64 KiB"`, `"2 GiB"`, `"1.5 GB"`, ... into bytes.
 pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
     let text = text.trim();
-    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
-    let value: f64 = number.parse().map_err(|_| format!("`{text}` does not start with a number"))?;
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` does not start with a number"))?;
     let scale: u64 = match unit.trim() {
         "" | "B" => 1,
         "KiB" => 1 << 10,

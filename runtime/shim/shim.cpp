@@ -73,6 +73,20 @@ void tracked_delete(void* data) {
   if (del != nullptr) del(ctx);
 }
 
+c10::DeleterFnPtr inner_raw_deleter = nullptr;
+
+// raw_allocate hands out blocks whose context is their address; they come back here, tracked
+// or not (oneDNN's scratch buffers take this path).
+void raw_delete(void* data) {
+  gs_deleter del = nullptr;
+  void* ctx = gs_rust_on_cpu_free(data, &del);
+  if (del != nullptr) {
+    del(ctx);
+  } else if (inner_raw_deleter != nullptr) {
+    inner_raw_deleter(data);
+  }
+}
+
 // Wraps libtorch's CPU allocator. Outside scopes it adds one thread-local read; inside, it
 // hands the original deleter to Rust and keeps context == data, as the default allocator does.
 struct TrackingAllocator final : c10::Allocator {
@@ -92,7 +106,9 @@ struct TrackingAllocator final : c10::Allocator {
     }
     return c10::DataPtr(data, data, &tracked_delete, device);
   }
-  c10::DeleterFnPtr raw_deleter() const override { return inner->raw_deleter(); }
+  c10::DeleterFnPtr raw_deleter() const override {
+    return inner_raw_deleter == nullptr ? nullptr : &raw_delete;
+  }
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     inner->copy_data(dest, src, count);
   }
@@ -146,6 +162,7 @@ int gs_install_cpu_allocator(void) {
     static std::once_flag once;
     std::call_once(once, [] {
       static TrackingAllocator tracking(c10::GetCPUAllocator());
+      inner_raw_deleter = tracking.inner->raw_deleter();
       c10::SetCPUAllocator(&tracking, UINT8_MAX);
     });
   });

@@ -14,7 +14,10 @@ const CUDA: i32 = 1;
 
 impl DeviceId {
     /// The host.
-    pub const CPU: DeviceId = DeviceId { kind: CPU, index: -1 };
+    pub const CPU: DeviceId = DeviceId {
+        kind: CPU,
+        index: -1,
+    };
 
     pub(crate) fn from_raw(kind: i32, index: i32) -> Self {
         let index = if kind == CPU { -1 } else { index.max(0) };

@@ -21,7 +21,11 @@ struct Parked {
 impl Parked {
     fn open(opts: ScopeOptions) -> Result<Parked, Error> {
         let open = Open::new(opts)?;
-        let parked = Parked { frame: open.frame, opts: open.opts.clone(), started: open.started };
+        let parked = Parked {
+            frame: open.frame,
+            opts: open.opts.clone(),
+            started: open.started,
+        };
         ledger::suspend(open.owner, open.frame);
         drop(open.grad);
         thread::detach();
@@ -47,7 +51,10 @@ pub struct ScopeFuture<F> {
 impl<F: Future> ScopeFuture<F> {
     /// Wraps `inner` in a scope opened now (and checked by [`Finish::exit`]).
     pub fn new(opts: ScopeOptions, inner: F) -> Result<Self, Error> {
-        Ok(ScopeFuture { inner: Box::pin(inner), parked: Some(Parked::open(opts)?) })
+        Ok(ScopeFuture {
+            inner: Box::pin(inner),
+            parked: Some(Parked::open(opts)?),
+        })
     }
 }
 
@@ -69,7 +76,10 @@ impl<F: Future> Future for ScopeFuture<F> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        let parked = this.parked.as_ref().expect("ScopeFuture polled after completion");
+        let parked = this
+            .parked
+            .as_ref()
+            .expect("ScopeFuture polled after completion");
         let resumed = thread::attach().ok().map(|owner| Resumed {
             owner,
             frame: ledger::open(owner, Some(parked.frame)),
@@ -79,7 +89,12 @@ impl<F: Future> Future for ScopeFuture<F> {
         drop(grad);
         drop(resumed);
         match poll {
-            Poll::Ready(value) => Poll::Ready((value, Finish { parked: this.parked.take() })),
+            Poll::Ready(value) => Poll::Ready((
+                value,
+                Finish {
+                    parked: this.parked.take(),
+                },
+            )),
             Poll::Pending => Poll::Pending,
         }
     }

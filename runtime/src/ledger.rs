@@ -70,7 +70,10 @@ fn backtraces_enabled() -> bool {
 
 /// Bytes of CPU blocks made inside scopes that are still alive, and their peak.
 pub(crate) fn cpu_scoped_bytes() -> (u64, u64) {
-    (CPU_LIVE.load(Ordering::Relaxed), CPU_PEAK.load(Ordering::Relaxed))
+    (
+        CPU_LIVE.load(Ordering::Relaxed),
+        CPU_PEAK.load(Ordering::Relaxed),
+    )
 }
 
 pub(crate) fn reset_cpu_peak() {
@@ -143,7 +146,16 @@ extern "C" fn gs_rust_on_alloc(
     // any scope freed an accelerator block): it is gone now.
     l.remove(key, true);
     let op = l.intern(op);
-    l.entries.insert(key, Entry { frame, bytes, op, tensor: None, backtrace });
+    l.entries.insert(
+        key,
+        Entry {
+            frame,
+            bytes,
+            op,
+            tensor: None,
+            backtrace,
+        },
+    );
     l.walk(Some(frame), |f| {
         f.allocated += bytes;
         f.allocations += 1;
@@ -157,7 +169,14 @@ extern "C" fn gs_rust_on_alloc(
     if !device.is_cpu() {
         return 0;
     }
-    l.cpu.insert(key.0, Wrapped { ctx: orig_ctx as usize, deleter: orig_deleter, bytes });
+    l.cpu.insert(
+        key.0,
+        Wrapped {
+            ctx: orig_ctx as usize,
+            deleter: orig_deleter,
+            bytes,
+        },
+    );
     let live = CPU_LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
     CPU_PEAK.fetch_max(live, Ordering::Relaxed);
     1
@@ -251,7 +270,11 @@ pub(crate) fn mark_kept_innermost(owner: u64, keys: impl IntoIterator<Item = Key
 }
 
 pub(crate) fn devices(id: FrameId) -> BTreeSet<DeviceId> {
-    ledger().frames.get(&id).map(|f| f.devices.clone()).unwrap_or_default()
+    ledger()
+        .frames
+        .get(&id)
+        .map(|f| f.devices.clone())
+        .unwrap_or_default()
 }
 
 /// What became of a frame's live allocations when it closed.
@@ -281,7 +304,12 @@ pub(crate) fn close(
             None => l.innermost.remove(&owner),
         };
     }
-    let mut closed = Closed { frame: Frame::default(), kept: 0, graph_held: 0, escaped: vec![] };
+    let mut closed = Closed {
+        frame: Frame::default(),
+        kept: 0,
+        graph_held: 0,
+        escaped: vec![],
+    };
     let parent = parent.filter(|p| l.frames.contains_key(p));
     for key in std::mem::take(&mut frame.keys) {
         let Some(bytes) = l.entries.get(&key).map(|e| e.bytes) else {
@@ -295,7 +323,11 @@ pub(crate) fn close(
         }
         if let (true, Some(p)) = (keep || graph, parent) {
             l.entries.get_mut(&key).expect("entry present").frame = p;
-            l.frames.get_mut(&p).expect("parent present").keys.insert(key);
+            l.frames
+                .get_mut(&p)
+                .expect("parent present")
+                .keys
+                .insert(key);
             continue;
         }
         let entry = l.entries.remove(&key).expect("entry present");

@@ -64,7 +64,11 @@ fn torch(status: i32) -> Result<(), Error> {
 pub fn memory_stats(device: tch::Device) -> Result<MemoryStats, Error> {
     let Some(index) = check_device(device)? else {
         let (live, peak) = ledger::cpu_scoped_bytes();
-        return Ok(MemoryStats { allocated: live, reserved: live, peak });
+        return Ok(MemoryStats {
+            allocated: live,
+            reserved: live,
+            peak,
+        });
     };
     let (mut allocated, mut reserved, mut peak) = (0, 0, 0);
     // SAFETY: plain out-pointers.

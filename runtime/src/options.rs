@@ -24,7 +24,11 @@ impl EscapePolicy {
     /// The default: `GPU_SCOPE_ON_ESCAPE` (`panic`, `warn` or `ignore`) if set, else `panic`
     /// with debug assertions and `warn` without.
     pub fn default_policy() -> Self {
-        let build = if cfg!(debug_assertions) { Self::Panic } else { Self::Warn };
+        let build = if cfg!(debug_assertions) {
+            Self::Panic
+        } else {
+            Self::Warn
+        };
         match std::env::var(ESCAPE_POLICY_ENV).as_deref() {
             Ok("panic") => Self::Panic,
             Ok("warn") => Self::Warn,

@@ -116,7 +116,11 @@ fn human_duration(d: Duration) -> String {
 impl fmt::Display for ScopeReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let devices: Vec<String> = self.devices.iter().map(|d| d.to_string()).collect();
-        let devices = if devices.is_empty() { "-".to_owned() } else { devices.join(", ") };
+        let devices = if devices.is_empty() {
+            "-".to_owned()
+        } else {
+            devices.join(", ")
+        };
         writeln!(f, "scope `{}` at {} [{devices}]", self.name, self.location)?;
         let row = |f: &mut fmt::Formatter<'_>, label: &str, value: String| {
             writeln!(f, "  {label:<16} {value:>12}")
@@ -147,7 +151,11 @@ impl fmt::Display for ScopeReport {
         }
         if !self.escaped.is_empty() {
             writeln!(f, "  escaped allocations:")?;
-            writeln!(f, "  {:>4}  {:>12}  {:<8}  {:<22}  tensor", "#", "bytes", "device", "operator")?;
+            writeln!(
+                f,
+                "  {:>4}  {:>12}  {:<8}  {:<22}  tensor",
+                "#", "bytes", "device", "operator"
+            )?;
             for (i, e) in self.escaped.iter().enumerate() {
                 let tensor = match (&e.shape, &e.dtype) {
                     (Some(shape), Some(dtype)) => format!("{shape:?} {dtype}"),

@@ -63,22 +63,37 @@ impl Open {
         let owner = thread::attach()?;
         let frame = ledger::open(owner, None);
         let grad = grad_guard(&opts);
-        Ok(Open { frame, owner, opts, started, grad })
+        Ok(Open {
+            frame,
+            owner,
+            opts,
+            started,
+            grad,
+        })
     }
 
     /// Ends the frame, checked or not, and builds its report. The frame must be on this thread.
     pub(crate) fn close(mut self, kept: StorageSet, check: bool) -> ScopeReport {
         self.grad = None;
         let devices = ledger::devices(self.frame);
-        let accelerators: Vec<i32> =
-            devices.iter().filter(|d| !d.is_cpu()).map(|d| d.index()).collect();
+        let accelerators: Vec<i32> = devices
+            .iter()
+            .filter(|d| !d.is_cpu())
+            .map(|d| d.index())
+            .collect();
         if check {
             // Kernels may still be writing into blocks the check is about.
             for &i in &accelerators {
                 let _ = memory::synchronize(i);
             }
         }
-        let closed = ledger::close(self.owner, self.frame, &kept.keys, kept.autograd_graph, check);
+        let closed = ledger::close(
+            self.owner,
+            self.frame,
+            &kept.keys,
+            kept.autograd_graph,
+            check,
+        );
         let outermost = thread::detach() == 0;
         let (released, cache_released) = if check {
             release(self.opts.release, outermost, &accelerators)
@@ -101,7 +116,11 @@ impl Open {
         let f = closed.frame;
         let report = ScopeReport {
             name: self.opts.name.to_string(),
-            location: format!("{}:{}", self.opts.location.file(), self.opts.location.line()),
+            location: format!(
+                "{}:{}",
+                self.opts.location.file(),
+                self.opts.location.line()
+            ),
             devices: devices.into_iter().collect(),
             allocations: f.allocations,
             allocated: f.allocated,
@@ -125,7 +144,10 @@ impl Open {
 
     /// Closes with a check, emits the report and applies the escape policy.
     pub(crate) fn finish(self, kept: StorageSet) -> Result<ScopeReport, Error> {
-        let policy = self.opts.on_escape.unwrap_or_else(EscapePolicy::default_policy);
+        let policy = self
+            .opts
+            .on_escape
+            .unwrap_or_else(EscapePolicy::default_policy);
         let report = self.close(kept, true);
         tracing::debug!(target: "gpu_scope", report = %report.to_json(), "scope `{}` exited", report.name);
         if report.is_clean() {
@@ -179,7 +201,10 @@ fn release(policy: ReleasePolicy, outermost: bool, used: &[i32]) -> (bool, u64) 
 impl Scope {
     /// Opens a scope on this thread. Fails if the options name a device that does not exist.
     pub fn enter(opts: ScopeOptions) -> Result<Scope, Error> {
-        Ok(Scope { state: Some(Open::new(opts)?), _not_send: PhantomData })
+        Ok(Scope {
+            state: Some(Open::new(opts)?),
+            _not_send: PhantomData,
+        })
     }
 
     /// Marks a value as kept: its storages may outlive this scope.

@@ -41,7 +41,8 @@ impl StorageSet {
         if ffi::check(status).is_err() || storage.is_null() {
             return;
         }
-        self.keys.insert((storage as usize, DeviceId::from_raw(kind, index)));
+        self.keys
+            .insert((storage as usize, DeviceId::from_raw(kind, index)));
         if flags & 2 != 0 {
             self.autograd_graph = true;
         }
@@ -106,8 +107,28 @@ macro_rules! leaf {
     ($($t:ty),* $(,)?) => { $(impl Tensors for $t { fn visit(&self, _: &mut StorageSet) {} })* };
 }
 leaf!(
-    (), bool, char, u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize, f32, f64,
-    str, String, std::time::Duration, tch::Device, tch::Kind
+    (),
+    bool,
+    char,
+    u8,
+    u16,
+    u32,
+    u64,
+    u128,
+    usize,
+    i8,
+    i16,
+    i32,
+    i64,
+    i128,
+    isize,
+    f32,
+    f64,
+    str,
+    String,
+    std::time::Duration,
+    tch::Device,
+    tch::Kind
 );
 
 macro_rules! fields {

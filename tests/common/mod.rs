@@ -1,6 +1,6 @@
 //! Helpers shared by the behaviour tests.
 #![allow(dead_code)]
-use gpu_scope::{EscapePolicy, Error, ScopeOptions, ScopeReport};
+use gpu_scope::{Error, EscapePolicy, ScopeOptions, ScopeReport};
 use tch::{Device, Kind, Tensor};
 
 /// A CPU tensor of `n` floats: exactly one allocation of `4 * n` bytes.

@@ -1,0 +1,237 @@
+//! The demo's logic: a model-switching inference service, then the same with a planted leak.
+//! `main.rs` drives it from the command line; `tests/demo.rs` runs it on the CPU.
+use super::models::{self, Kind};
+use gpu_scope::{human_bytes, memory_stats, EscapePolicy, MemoryStats, ScopeOptions, ScopeReport};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use tch::nn::{self, Module};
+use tch::{Device, Tensor};
+
+pub type DemoResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+pub struct Config {
+    pub device: Device,
+    pub rounds: usize,
+    pub batch: i64,
+    pub trace: Option<PathBuf>,
+    pub weights: PathBuf,
+    pub progress: bool,
+}
+
+/// What the run measured; `ok` says whether everything behaved as the demo expects.
+pub struct Outcome {
+    pub baseline: MemoryStats,
+    pub after_switching: MemoryStats,
+    pub leak: Option<ScopeReport>,
+    pub expected_leak: u64,
+    pub while_cached: MemoryStats,
+    pub after_cleanup: MemoryStats,
+    pub reports: Vec<ScopeReport>,
+    pub ok: bool,
+}
+
+fn weights(dir: &Path, kind: Kind) -> PathBuf {
+    dir.join(format!("{}.safetensors", kind.name()))
+}
+
+/// Saves each model's weights once, as a service's model registry would hold them.
+fn save_models(cfg: &Config) -> DemoResult<()> {
+    std::fs::create_dir_all(&cfg.weights)?;
+    for kind in models::ALL {
+        let vs = nn::VarStore::new(cfg.device);
+        let _model = kind.build(&vs.root());
+        vs.save(weights(&cfg.weights, kind))?;
+    }
+    Ok(())
+}
+
+/// Loads a model into a fresh VarStore and runs one batch; only the output is returned.
+fn infer(
+    cfg: &Config,
+    kind: Kind,
+    cache: Option<&Mutex<Vec<nn::VarStore>>>,
+) -> DemoResult<(Tensor, ScopeReport)> {
+    let opts = ScopeOptions::new(kind.name())
+        .device(cfg.device)
+        .on_escape(EscapePolicy::Error);
+    let (output, report) = match gpu_scope::scope(opts, || -> Result<Tensor, tch::TchError> {
+        let mut vs = nn::VarStore::new(cfg.device);
+        let model = kind.build(&vs.root());
+        vs.load(weights(&cfg.weights, kind))?;
+        let y = model.forward(&kind.input(cfg.batch, cfg.device));
+        if let Some(cache) = cache {
+            // The planted mistake: a "helper" keeps every model it loaded, just in case.
+            cache.lock().unwrap().push(vs);
+        }
+        Ok(y)
+    }) {
+        Ok((output, report)) => (output?, report),
+        Err(gpu_scope::Error::Escaped(report)) => (Tensor::new(), *report),
+        Err(e) => return Err(e.into()),
+    };
+    Ok((output, report))
+}
+
+fn header(out: &mut dyn Write) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{:>5}  {:<12} {:>11} {:>11} {:>11} {:>11} {:>11} {:>10}",
+        "round", "model", "allocated", "peak", "kept", "escaped", "released", "time"
+    )
+}
+
+fn row(out: &mut dyn Write, round: usize, r: &ScopeReport) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{round:>5}  {:<12} {:>11} {:>11} {:>11} {:>11} {:>11} {:>8.2}ms",
+        r.name,
+        human_bytes(r.allocated),
+        human_bytes(r.peak),
+        human_bytes(r.kept),
+        human_bytes(r.escaped_bytes),
+        human_bytes(r.cache_released),
+        r.elapsed.as_secs_f64() * 1e3
+    )
+}
+
+static MODEL_CACHE: Mutex<Vec<nn::VarStore>> = Mutex::new(Vec::new());
+
+pub fn run(cfg: &Config, out: &mut dyn Write) -> DemoResult<Outcome> {
+    save_models(cfg)?;
+    let baseline = memory_stats(cfg.device)?;
+    writeln!(
+        out,
+        "gpu-scope demo on {:?}: {} rounds x {} models, batch {}",
+        cfg.device,
+        cfg.rounds,
+        models::ALL.len(),
+        cfg.batch
+    )?;
+    writeln!(
+        out,
+        "baseline: {} allocated, {} reserved\n",
+        human_bytes(baseline.allocated),
+        human_bytes(baseline.reserved)
+    )?;
+    writeln!(
+        out,
+        "phase 1: load each model from disk inside a scope, run a batch, keep only the output"
+    )?;
+    header(out)?;
+    let mut reports = Vec::new();
+    for round in 1..=cfg.rounds {
+        let show = !cfg.progress || round == 1 || round == cfg.rounds;
+        for kind in models::ALL {
+            let (output, report) = infer(cfg, kind, None)?;
+            if show {
+                row(out, round, &report)?;
+            }
+            if !report.escaped.is_empty() {
+                writeln!(out, "{report}")?;
+            }
+            drop(output);
+            reports.push(report);
+        }
+        if cfg.progress {
+            let done = round * 30 / cfg.rounds;
+            eprint!(
+                "\r[{}{}] {round}/{}",
+                "#".repeat(done),
+                " ".repeat(30 - done),
+                cfg.rounds
+            );
+            if round == cfg.rounds {
+                eprintln!();
+            }
+        }
+    }
+    let after_switching = memory_stats(cfg.device)?;
+    let back = after_switching.allocated == baseline.allocated;
+    writeln!(
+        out,
+        "after phase 1: {} allocated ({} at baseline) -> {}\n",
+        human_bytes(after_switching.allocated),
+        human_bytes(baseline.allocated),
+        if back {
+            "back to baseline"
+        } else {
+            "NOT back to baseline"
+        }
+    )?;
+
+    writeln!(
+        out,
+        "phase 2: the same service with a helper that caches every model in a global"
+    )?;
+    let expected_leak = {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let _m = Kind::Mlp.build(&vs.root());
+        vs.variables().values().map(|t| t.numel() as u64 * 4).sum()
+    };
+    let (_, leak) = infer(cfg, Kind::Mlp, Some(&MODEL_CACHE))?;
+    reports.push(leak.clone());
+    writeln!(out, "{leak}")?;
+    let caught = leak.escaped_bytes == expected_leak && !leak.escaped.is_empty();
+    let while_cached = memory_stats(cfg.device)?;
+    writeln!(
+        out,
+        "while the cache holds the model: {} allocated",
+        human_bytes(while_cached.allocated)
+    )?;
+    MODEL_CACHE.lock().unwrap().clear();
+    let after_cleanup = memory_stats(cfg.device)?;
+    let clean = after_cleanup.allocated == baseline.allocated;
+    writeln!(
+        out,
+        "after dropping the cache: {} allocated -> {}",
+        human_bytes(after_cleanup.allocated),
+        if clean {
+            "back to baseline"
+        } else {
+            "NOT back to baseline"
+        }
+    )?;
+    if let Some(path) = &cfg.trace {
+        std::fs::write(path, chrome_trace(&reports))?;
+        writeln!(
+            out,
+            "trace written to {} (open it in https://ui.perfetto.dev)",
+            path.display()
+        )?;
+    }
+    let ok = back && caught && clean;
+    writeln!(out, "\n{}", if ok { "demo: OK" } else { "demo: FAILED" })?;
+    Ok(Outcome {
+        baseline,
+        after_switching,
+        leak: Some(leak),
+        expected_leak,
+        while_cached,
+        after_cleanup,
+        reports,
+        ok,
+    })
+}
+
+/// Chrome trace-event JSON: one slice per scope, and counters of the scope's memory.
+pub fn chrome_trace(reports: &[ScopeReport]) -> String {
+    let mut events = Vec::new();
+    for r in reports {
+        let ts = r.started.as_micros() as u64;
+        let dur = (r.elapsed.as_micros() as u64).max(1);
+        events.push(serde_json::json!({
+            "name": r.name, "ph": "X", "ts": ts, "dur": dur, "pid": 1, "tid": 1,
+            "args": { "allocated": r.allocated, "peak": r.peak, "kept": r.kept, "escaped": r.escaped_bytes },
+        }));
+        events.push(serde_json::json!({
+            "name": "scope memory", "ph": "C", "ts": ts, "pid": 1,
+            "args": { "peak": r.peak, "kept": r.kept, "escaped": r.escaped_bytes },
+        }));
+        events.push(serde_json::json!({
+            "name": "scope memory", "ph": "C", "ts": ts + dur, "pid": 1,
+            "args": { "peak": 0, "kept": 0, "escaped": 0 },
+        }));
+    }
+    serde_json::json!({ "traceEvents": events, "displayTimeUnit": "ms" }).to_string()
+}

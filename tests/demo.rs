@@ -1,0 +1,64 @@
+//! The demo's logic on the CPU with a few rounds: memory back to baseline, the planted escape
+//! found with the right byte count, and a trace whose counters match the reports.
+#[allow(dead_code)]
+#[path = "../examples/demo/models.rs"]
+mod models;
+#[allow(dead_code)]
+#[path = "../examples/demo/run.rs"]
+mod run;
+
+#[test]
+fn demo_on_cpu() {
+    let dir = std::env::temp_dir().join(format!("gpu-scope-demo-test-{}", std::process::id()));
+    let trace = dir.join("trace.json");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = run::Config {
+        device: tch::Device::Cpu,
+        rounds: 3,
+        batch: 4,
+        trace: Some(trace.clone()),
+        weights: dir.clone(),
+        progress: false,
+    };
+    let mut out = Vec::new();
+    let outcome = run::run(&cfg, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(outcome.ok, "{text}");
+    assert_eq!(
+        outcome.after_switching.allocated, outcome.baseline.allocated,
+        "{text}"
+    );
+    assert_eq!(outcome.after_cleanup.allocated, outcome.baseline.allocated);
+    let leak = outcome.leak.as_ref().unwrap();
+    assert_eq!(leak.escaped_bytes, outcome.expected_leak);
+    assert_eq!(
+        leak.escaped.len(),
+        6,
+        "three linear layers: weights and biases"
+    );
+    assert!(leak
+        .escaped
+        .iter()
+        .any(|e| e.shape.as_deref() == Some(&[512, 512][..])));
+    assert_eq!(
+        outcome.while_cached.allocated - outcome.baseline.allocated,
+        outcome.expected_leak
+    );
+    assert_eq!(outcome.reports.len(), 3 * 3 + 1);
+    assert!(text.contains("demo: OK"));
+
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let events = json["traceEvents"].as_array().unwrap();
+    let slices: Vec<_> = events.iter().filter(|e| e["ph"] == "X").collect();
+    let counters: Vec<_> = events.iter().filter(|e| e["ph"] == "C").collect();
+    assert_eq!(slices.len(), outcome.reports.len());
+    assert_eq!(counters.len(), 2 * outcome.reports.len());
+    for (slice, report) in slices.iter().zip(&outcome.reports) {
+        assert_eq!(slice["name"], report.name.as_str());
+        assert_eq!(slice["args"]["peak"], report.peak);
+    }
+    let last = counters[counters.len() - 2];
+    assert_eq!(last["args"]["escaped"], outcome.expected_leak);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
