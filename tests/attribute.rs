@@ -114,6 +114,7 @@ fn method_with_mut_self_growing_a_cache() {
 }
 
 #[gpu_scope(on_escape = error)]
+#[allow(clippy::multiple_bound_locations)]
 fn generic<T: Tensors + Clone>(value: &T, n: i64) -> Result<(T, Tensor), Error>
 where
     T: std::fmt::Debug,

@@ -5,7 +5,7 @@ use gpu_scope::{human_bytes, memory_stats, EscapePolicy, MemoryStats, ScopeOptio
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use tch::nn::{self, Module};
+use tch::nn;
 use tch::{Device, Tensor};
 
 pub type DemoResult<T> = Result<T, Box<dyn std::error::Error>>;
@@ -19,7 +19,9 @@ pub struct Config {
     pub progress: bool,
 }
 
-/// What the run measured; `ok` says whether everything behaved as the demo expects.
+/// What the run measured; `ok` says whether everything behaved as the demo expects (the
+/// other fields are read by `tests/demo.rs`).
+#[allow(dead_code)]
 pub struct Outcome {
     pub baseline: MemoryStats,
     pub after_switching: MemoryStats,

@@ -79,6 +79,7 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
             match ::gpu_scope::__private::Scope::enter(#opts) {
                 ::core::result::Result::Err(e) => ::core::result::Result::Err(e),
                 ::core::result::Result::Ok(__gpu_scope_guard) => {
+                    #[allow(clippy::let_unit_value)]
                     let __gpu_scope_value = #block;
                     #collect
                     __gpu_scope_guard.exit_with(__gpu_scope_kept).map(|_| __gpu_scope_value)
@@ -92,7 +93,8 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
                 ::core::result::Result::Ok(s) => s,
                 ::core::result::Result::Err(e) => ::core::panic!("{}", e),
             };
-            let __gpu_scope_value = #block;
+            #[allow(clippy::let_unit_value)]
+                    let __gpu_scope_value = #block;
             #collect
             let _ = __gpu_scope_guard.exit_with(__gpu_scope_kept);
             __gpu_scope_value

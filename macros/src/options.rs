@@ -81,12 +81,14 @@ impl Options {
                 "warn" => Policy::Warn,
                 "error" => Policy::Error,
                 "ignore" => Policy::Ignore,
-                _ => return Err(syn::Error::new(
-                    word.span(),
-                    format!(
+                _ => {
+                    return Err(syn::Error::new(
+                        word.span(),
+                        format!(
                         "unknown escape policy `{word}`; write one of panic, warn, error, ignore"
                     ),
-                )),
+                    ))
+                }
             };
             self.on_escape = Some((policy, word.span()));
         } else if look.peek(kw::release) {
@@ -165,9 +167,11 @@ impl Options {
     /// Parses a comma-separated option list; in the block form it stops before the block.
     pub(crate) fn parse_list(input: ParseStream, block: bool) -> syn::Result<Options> {
         let mut options = Options::default();
-        while !input.is_empty() && !(block && input.peek(syn::token::Brace)) {
+        let at_end =
+            |input: ParseStream| input.is_empty() || (block && input.peek(syn::token::Brace));
+        while !at_end(input) {
             options.parse_one(input, block)?;
-            if input.is_empty() || (block && input.peek(syn::token::Brace)) {
+            if at_end(input) {
                 break;
             }
             input.parse::<Token![,]>()?;
