@@ -97,6 +97,28 @@ fn row(out: &mut dyn Write, round: usize, r: &ScopeReport) -> std::io::Result<()
     )
 }
 
+/// Prints how `now` compares with `baseline`; returns whether memory is back at it.
+fn at_baseline(
+    out: &mut dyn Write,
+    when: &str,
+    now: &MemoryStats,
+    baseline: &MemoryStats,
+) -> std::io::Result<bool> {
+    let back = now.allocated == baseline.allocated;
+    let verdict = if back {
+        "back to baseline"
+    } else {
+        "NOT back to baseline"
+    };
+    writeln!(
+        out,
+        "{when}: {} allocated ({} at baseline) -> {verdict}",
+        human_bytes(now.allocated),
+        human_bytes(baseline.allocated)
+    )?;
+    Ok(back)
+}
+
 static MODEL_CACHE: Mutex<Vec<nn::VarStore>> = Mutex::new(Vec::new());
 
 pub fn run(cfg: &Config, out: &mut dyn Write) -> DemoResult<Outcome> {
@@ -149,18 +171,8 @@ pub fn run(cfg: &Config, out: &mut dyn Write) -> DemoResult<Outcome> {
         }
     }
     let after_switching = memory_stats(cfg.device)?;
-    let back = after_switching.allocated == baseline.allocated;
-    writeln!(
-        out,
-        "after phase 1: {} allocated ({} at baseline) -> {}\n",
-        human_bytes(after_switching.allocated),
-        human_bytes(baseline.allocated),
-        if back {
-            "back to baseline"
-        } else {
-            "NOT back to baseline"
-        }
-    )?;
+    let back = at_baseline(out, "after phase 1", &after_switching, &baseline)?;
+    writeln!(out)?;
 
     writeln!(
         out,
@@ -183,17 +195,7 @@ pub fn run(cfg: &Config, out: &mut dyn Write) -> DemoResult<Outcome> {
     )?;
     MODEL_CACHE.lock().unwrap().clear();
     let after_cleanup = memory_stats(cfg.device)?;
-    let clean = after_cleanup.allocated == baseline.allocated;
-    writeln!(
-        out,
-        "after dropping the cache: {} allocated -> {}",
-        human_bytes(after_cleanup.allocated),
-        if clean {
-            "back to baseline"
-        } else {
-            "NOT back to baseline"
-        }
-    )?;
+    let clean = at_baseline(out, "after dropping the cache", &after_cleanup, &baseline)?;
     if let Some(path) = &cfg.trace {
         std::fs::write(path, chrome_trace(&reports))?;
         writeln!(

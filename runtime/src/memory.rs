@@ -30,11 +30,10 @@ pub(crate) fn accelerator() -> Option<(i32, i32)> {
 
 /// Checks that `device` exists; returns its accelerator index (`None` for the CPU).
 pub(crate) fn check_device(device: tch::Device) -> Result<Option<i32>, Error> {
-    let id = DeviceId::from(device);
-    if id.is_cpu() {
+    let wanted = DeviceId::from(device);
+    if wanted.is_cpu() {
         return Ok(None);
     }
-    let wanted = DeviceId::from(device);
     match accelerator() {
         Some((kind, count)) if DeviceId::from_raw(kind, wanted.index()) == wanted => {
             if wanted.index() < count {
