@@ -9,6 +9,9 @@ mod options;
 mod roots;
 mod size;
 
+#[cfg(test)]
+mod hostile;
+
 /// See `gpu_scope::gpu_scope`.
 #[proc_macro_attribute]
 pub fn gpu_scope(args: TokenStream, item: TokenStream) -> TokenStream {

@@ -75,7 +75,12 @@ impl Options {
             let key: kw::on_escape = input.parse()?;
             duplicate(&self.on_escape, key.span, "on_escape")?;
             input.parse::<Token![=]>()?;
-            let word: Ident = input.parse()?;
+            let word: Ident = input.parse().map_err(|e| {
+                syn::Error::new(
+                    e.span(),
+                    "write the policy as a bare word: `on_escape = panic | warn | error | ignore`",
+                )
+            })?;
             let policy = match word.to_string().as_str() {
                 "panic" => Policy::Panic,
                 "warn" => Policy::Warn,
@@ -147,6 +152,11 @@ impl Options {
             let list = Punctuated::<Expr, Token![,]>::parse_terminated(&content)?;
             self.keep = list.into_iter().collect();
             self.keep_span = Some(key.span);
+        } else if input.peek(kw::keep) {
+            return Err(input.error(
+                "`keep = [...]` is for `scope!` only; a function keeps what it returns, \
+                 and `gpu_scope::keep(&value)` keeps anything else",
+            ));
         } else {
             let valid = if block {
                 format!("{VALID}{VALID_BLOCK}")

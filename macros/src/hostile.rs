@@ -1,0 +1,228 @@
+//! Hostile input: malformed option lists, items, blocks and derive input never panic the
+//! macros, and every error points at the tokens it is about.
+use crate::{derive, expand_block, expand_fn};
+use proc_macro2::TokenStream;
+use proptest::prelude::*;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+fn tokens(text: &str) -> TokenStream {
+    text.parse().expect("test input lexes")
+}
+
+/// Runs one expansion; a panic fails the test with the input that caused it.
+fn expand(
+    what: &str,
+    input: &str,
+    f: impl FnOnce() -> syn::Result<TokenStream>,
+) -> Option<syn::Error> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(result) => result.err(),
+        Err(_) => panic!("{what} panicked on `{input}`"),
+    }
+}
+
+fn attribute(args: &str, item: &str) -> Option<syn::Error> {
+    expand("#[gpu_scope]", args, || {
+        expand_fn::expand(tokens(args), tokens(item))
+    })
+}
+
+fn block(input: &str) -> Option<syn::Error> {
+    expand("scope!", input, || expand_block::expand(tokens(input)))
+}
+
+fn derive(input: &str) -> Option<syn::Error> {
+    expand("derive(Tensors)", input, || derive::expand(tokens(input)))
+}
+
+/// What is wrong with the error for `input`: none, a message without `says`, or a span that does
+/// not cover `at` (`None`: the input ended early and the error is on the macro call itself).
+fn check_error(
+    err: Option<syn::Error>,
+    input: &str,
+    at: Option<&str>,
+    says: &str,
+) -> Option<String> {
+    let Some(err) = err else {
+        return Some(format!("`{input}` was accepted"));
+    };
+    let message = err.to_string();
+    let span = err.span().source_text();
+    (!message.contains(says) || span.as_deref() != at || err.to_compile_error().is_empty())
+        .then(|| format!("`{input}`: {message:?} at {span:?}; wanted {says:?} at {at:?}"))
+}
+
+/// Checks a table of `(input, offending tokens, words of the message)`.
+fn table(cases: &[(&str, Option<&str>, &str)], run: impl Fn(&str) -> Option<syn::Error>) {
+    let wrong: Vec<String> = cases
+        .iter()
+        .filter_map(|&(input, at, says)| check_error(run(input), input, at, says))
+        .collect();
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+const ITEM: &str = "fn f() -> u32 { 1 }";
+
+#[test]
+fn malformed_attribute_options() {
+    let cases: &[(&str, Option<&str>, &str)] = &[
+        ("bogus", Some("bogus"), "unknown option `bogus`"),
+        ("name", None, "expected `=`"),
+        ("name =", None, "unexpected end of input"),
+        (
+            "on_escape = explode",
+            Some("explode"),
+            "unknown escape policy `explode`",
+        ),
+        ("on_escape = \"panic\"", Some("\"panic\""), "bare word"),
+        ("release = sometimes", Some("sometimes"), "release"),
+        (
+            "release = \"12 parsecs\"",
+            Some("\"12 parsecs\""),
+            "bad size",
+        ),
+        ("max_peak = \"-1 GiB\"", Some("\"-1 GiB\""), "bad size"),
+        (
+            "max_peak = \"99999999999 TiB\"",
+            Some("\"99999999999 TiB\""),
+            "bad size",
+        ),
+        ("max_peak = \"\"", Some("\"\""), "bad size"),
+        ("name = \"a\", name = \"b\"", Some("name"), "given twice"),
+        ("keep_grad, keep_grad", Some("keep_grad"), "given twice"),
+        (
+            "name = \"a\" on_escape = warn",
+            Some("on_escape"),
+            "expected `,`",
+        ),
+        (", name = \"a\"", Some(","), "unknown option"),
+        ("keep = [x]", Some("keep"), "for `scope!` only"),
+        ("= 1", Some("="), "unknown option"),
+        ("device =", None, "unexpected end of input"),
+    ];
+    table(cases, |args| attribute(args, ITEM));
+}
+
+#[test]
+fn attribute_on_things_that_are_not_functions() {
+    let cases: &[(&str, Option<&str>, &str)] = &[
+        ("struct S;", Some("struct S;"), "goes on a function"),
+        ("impl S {}", Some("impl S {}"), "goes on a function"),
+        ("const fn f() {}", Some("const"), "const fn"),
+        ("fn", Some("fn"), "goes on a function"),
+        ("", None, "goes on a function"),
+    ];
+    table(cases, |item| attribute("", item));
+}
+
+#[test]
+fn malformed_blocks() {
+    let cases: &[(&str, Option<&str>, &str)] = &[
+        ("", None, "needs a block"),
+        ("name = \"x\"", None, "needs a block"),
+        ("name = \"x\",", None, "needs a block"),
+        ("{ 1 } 2", Some("2"), "nothing may follow"),
+        ("{ x.await }", Some("await"), "`.await` inside `scope!`"),
+        ("keep = x, { 1 }", Some("x"), "expected square brackets"),
+        ("keep = [1 +], { 1 }", Some("]"), "expected an expression"),
+        ("keep = [], keep = [], { 1 }", Some("keep"), "given twice"),
+        (
+            "on_escape = never, { 1 }",
+            Some("never"),
+            "unknown escape policy",
+        ),
+    ];
+    table(cases, block);
+}
+
+#[test]
+fn malformed_derive_input() {
+    let cases: &[(&str, Option<&str>, &str)] = &[
+        ("union U { a: u32 }", Some("union"), "union"),
+        ("struct S { #[tensors(bogus)] a: T }", Some("bogus"), "skip"),
+        (
+            "struct S { #[tensors] a: T }",
+            Some("tensors"),
+            "#[tensors(...)]",
+        ),
+        ("struct S { #[tensors(skip = 1)] a: T }", Some("="), ""),
+        ("fn f() {}", Some("fn"), "expected"),
+    ];
+    table(cases, derive);
+}
+
+/// Tokens that the option parsers and the block parser react to, and some they must reject.
+const WORDS: &[&str] = &[
+    "name",
+    "on_escape",
+    "release",
+    "max_peak",
+    "keep_grad",
+    "device",
+    "keep",
+    "=",
+    ",",
+    ";",
+    "\"2 GiB\"",
+    "\"x\"",
+    "\"\"",
+    "\"1e99 TiB\"",
+    "panic",
+    "error",
+    "never",
+    "1",
+    "-",
+    "::",
+    "#",
+    "async",
+    "fn",
+    "f",
+    "x",
+    ".await",
+    "[x]",
+    "[]",
+    "[1 +]",
+    "{}",
+    "{ 1 }",
+    "{ x.await }",
+    "()",
+    "(x)",
+    "struct",
+    "S",
+    "<",
+    ">",
+    "'a",
+    "&",
+];
+fn soup() -> impl Strategy<Value = String> {
+    prop::collection::vec(prop::sample::select(WORDS), 0..14).prop_map(|w| w.join(" "))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// Any token soup that lexes gives an expansion or an error with a message, never a panic;
+    /// an error inside the input points at a token of it.
+    #[test]
+    fn token_soup_never_panics(text in soup()) {
+        let errors = [
+            attribute(&text, ITEM),
+            attribute("", &text),
+            block(&text),
+            derive(&text),
+        ];
+        for err in errors.into_iter().flatten() {
+            prop_assert!(!err.to_string().is_empty());
+            if let Some(at) = err.span().source_text() {
+                prop_assert!(text.contains(at.as_str()) || ITEM.contains(at.as_str()), "{at:?} not in {text:?}");
+            }
+        }
+    }
+
+    /// Size strings of any shape parse or fail with a reason; never panic.
+    #[test]
+    fn any_size_string_is_handled(text in ".{0,24}") {
+        let parsed = catch_unwind(|| crate::size::parse_size(&text));
+        prop_assert!(parsed.is_ok(), "parse_size panicked on {text:?}");
+    }
+}
