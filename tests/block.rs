@@ -26,7 +26,7 @@ fn options_and_outer_bindings_kept() {
     .unwrap();
     assert_eq!(n, 1);
     let r = last_report().unwrap();
-    assert_eq!((r.name.as_str(), r.kept), ("push", 12));
+    assert_eq!((&*r.name, r.kept), ("push", 12));
 }
 
 #[test]

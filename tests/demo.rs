@@ -55,7 +55,7 @@ fn demo_on_cpu() {
     assert_eq!(slices.len(), outcome.reports.len());
     assert_eq!(counters.len(), 2 * outcome.reports.len());
     for (slice, report) in slices.iter().zip(&outcome.reports) {
-        assert_eq!(slice["name"], report.name.as_str());
+        assert_eq!(slice["name"], &*report.name);
         assert_eq!(slice["args"]["peak"], report.peak);
     }
     let last = counters[counters.len() - 2];

@@ -168,21 +168,26 @@ int gs_install_cpu_allocator(void) {
   });
 }
 
-int gs_thread_begin(uint64_t owner, void** handle) {
+// `operators`: also install the operator callback (names and shapes of allocations).
+int gs_thread_begin(uint64_t owner, int operators, void** handle) {
   return protect([&] {
     c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE,
                                      std::make_shared<Reporter>(owner));
-    auto cb = at::RecordFunctionCallback(&on_op_start, &on_op_end)
-                  .needsOutputs(true)
-                  .scopes({at::RecordScope::FUNCTION});
-    *handle = new ThreadState{at::addThreadLocalCallback(cb)};
+    at::CallbackHandle callback = 0;
+    if (operators != 0) {
+      auto cb = at::RecordFunctionCallback(&on_op_start, &on_op_end)
+                    .needsOutputs(true)
+                    .scopes({at::RecordScope::FUNCTION});
+      callback = at::addThreadLocalCallback(cb);
+    }
+    *handle = new ThreadState{callback};
   });
 }
 
 int gs_thread_end(void* handle) {
   return protect([&] {
     auto* state = static_cast<ThreadState*>(handle);
-    at::removeCallback(state->callback);
+    if (state->callback != 0) at::removeCallback(state->callback);
     delete state;
     c10::ThreadLocalDebugInfo::_pop(c10::DebugInfoKind::PROFILER_STATE);
     op_depth = 0;

@@ -21,7 +21,7 @@ void gs_rust_note_tensor(void* ptr, int dev_type, int dev_index, const int64_t* 
 // Implemented in C++ (shim.cpp).
 const char* gs_last_error(void);
 int gs_install_cpu_allocator(void);
-int gs_thread_begin(uint64_t owner, void** handle);
+int gs_thread_begin(uint64_t owner, int operators, void** handle);
 int gs_thread_end(void* handle);
 int gs_tensor_info(const void* tensor, void** storage, size_t* nbytes, int* dev_type,
                    int* dev_index, int* flags);

@@ -25,3 +25,4 @@ pub use options::{EscapePolicy, ReleasePolicy, ScopeOptions, ESCAPE_POLICY_ENV};
 pub use report::{human_bytes, Escape, ScopeReport};
 pub use scope::{keep, last_report, scope, Scope};
 pub use tensors::{StorageSet, Tensors};
+pub use thread::{operator_attribution, set_operator_attribution, OPERATORS_ENV};

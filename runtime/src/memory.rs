@@ -21,11 +21,15 @@ pub struct MemoryStats {
 }
 
 /// The process's accelerator: its libtorch device type number and how many there are.
+/// Asked once: libtorch does not let the set of devices change while a process runs.
 pub(crate) fn accelerator() -> Option<(i32, i32)> {
-    let (mut kind, mut count) = (-1, 0);
-    // SAFETY: plain out-pointers.
-    let status = unsafe { ffi::gs_accelerator(&mut kind, &mut count) };
-    (ffi::check(status).is_ok() && kind >= 0).then_some((kind, count))
+    static ACCELERATOR: std::sync::OnceLock<Option<(i32, i32)>> = std::sync::OnceLock::new();
+    *ACCELERATOR.get_or_init(|| {
+        let (mut kind, mut count) = (-1, 0);
+        // SAFETY: plain out-pointers.
+        let status = unsafe { ffi::gs_accelerator(&mut kind, &mut count) };
+        (ffi::check(status).is_ok() && kind >= 0).then_some((kind, count))
+    })
 }
 
 /// Checks that `device` exists; returns its accelerator index (`None` for the CPU).

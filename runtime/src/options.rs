@@ -22,8 +22,14 @@ pub const ESCAPE_POLICY_ENV: &str = "GPU_SCOPE_ON_ESCAPE";
 
 impl EscapePolicy {
     /// The default: `GPU_SCOPE_ON_ESCAPE` (`panic`, `warn` or `ignore`) if set, else `panic`
-    /// with debug assertions and `warn` without.
+    /// with debug assertions and `warn` without. The variable is read once per process.
     pub fn default_policy() -> Self {
+        static POLICY: std::sync::LazyLock<EscapePolicy> =
+            std::sync::LazyLock::new(EscapePolicy::from_env);
+        *POLICY
+    }
+
+    fn from_env() -> Self {
         let build = if cfg!(debug_assertions) {
             Self::Panic
         } else {

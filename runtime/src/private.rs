@@ -42,3 +42,29 @@ impl<T, E: From<Error>> EscapeResult for Result<T, E> {
         Err(E::from(error))
     }
 }
+
+/// A snapshot of gpu-scope's own bookkeeping, for tests that check it stays consistent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LedgerState {
+    /// Scopes open on this thread.
+    pub depth: usize,
+    /// Tracked allocations, on all threads.
+    pub entries: usize,
+    /// Open scopes, on all threads (suspended async scopes included).
+    pub frames: usize,
+    /// Threads with an open scope.
+    pub threads: usize,
+    /// CPU blocks whose deleter gpu-scope wrapped and that are still alive.
+    pub wrapped: usize,
+}
+
+pub fn ledger_state() -> LedgerState {
+    let (entries, frames, threads, wrapped) = crate::ledger::counts();
+    LedgerState {
+        depth: crate::thread::depth(),
+        entries,
+        frames,
+        threads,
+        wrapped,
+    }
+}

@@ -1,7 +1,9 @@
 //! The report every scope exit produces: a table for people, JSON for machines.
 use crate::device::DeviceId;
 use serde::Serialize;
+use std::borrow::Cow;
 use std::fmt;
+use std::panic::Location;
 use std::time::Duration;
 
 /// One allocation that outlived its scope without being kept.
@@ -14,11 +16,11 @@ pub struct Escape {
     /// Its address (useful to match against allocator snapshots).
     pub address: usize,
     /// The outermost libtorch operator that was running when it was allocated.
-    pub operator: Option<String>,
+    pub operator: Option<&'static str>,
     /// Shape of the tensor that the operator returned in it.
     pub shape: Option<Vec<i64>>,
     /// Element type of that tensor.
-    pub dtype: Option<String>,
+    pub dtype: Option<&'static str>,
     /// Rust backtrace of the allocation, with `GPU_SCOPE_BACKTRACE=1`.
     pub backtrace: Option<String>,
 }
@@ -27,9 +29,10 @@ pub struct Escape {
 #[derive(Clone, Debug, Serialize)]
 pub struct ScopeReport {
     /// The scope's name (the function path for the attribute).
-    pub name: String,
-    /// `file:line` of the scope.
-    pub location: String,
+    pub name: Cow<'static, str>,
+    /// Where the scope is in the source; serialised as `file:line`.
+    #[serde(serialize_with = "file_line")]
+    pub location: &'static Location<'static>,
     /// Devices that the scope allocated on.
     pub devices: Vec<DeviceId>,
     /// Number of allocations made inside, nested scopes included.
@@ -50,7 +53,7 @@ pub struct ScopeReport {
     /// gpu-scope cannot list; counted as kept, not as escaped.
     pub held_by_autograd: u64,
     /// Kept values whose type does not implement `Tensors` (seen as holding no tensors).
-    pub opaque_kept: Vec<String>,
+    pub opaque_kept: Vec<&'static str>,
     /// Bytes the caching allocator gave back to the device on exit.
     pub cache_released: u64,
     /// Whether `emptyCache` ran on exit.
@@ -65,6 +68,10 @@ pub struct ScopeReport {
     /// Time from entry to the end of the check.
     #[serde(serialize_with = "micros")]
     pub elapsed: Duration,
+}
+
+fn file_line<S: serde::Serializer>(l: &&Location, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&format_args!("{}:{}", l.file(), l.line()))
 }
 
 fn micros<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -121,7 +128,14 @@ impl fmt::Display for ScopeReport {
         } else {
             devices.join(", ")
         };
-        writeln!(f, "scope `{}` at {} [{devices}]", self.name, self.location)?;
+        let at = self.location;
+        writeln!(
+            f,
+            "scope `{}` at {}:{} [{devices}]",
+            self.name,
+            at.file(),
+            at.line()
+        )?;
         let row = |f: &mut fmt::Formatter<'_>, label: &str, value: String| {
             writeln!(f, "  {label:<16} {value:>12}")
         };
@@ -161,7 +175,7 @@ impl fmt::Display for ScopeReport {
                     (Some(shape), Some(dtype)) => format!("{shape:?} {dtype}"),
                     _ => "-".to_owned(),
                 };
-                let op = e.operator.as_deref().unwrap_or("-");
+                let op = e.operator.unwrap_or("-");
                 writeln!(
                     f,
                     "  {:>4}  {:>12}  {:<8}  {op:<22}  {tensor}",

@@ -100,27 +100,24 @@ impl Open {
         } else {
             (false, 0)
         };
-        let escaped: Vec<Escape> = closed
+        let mut escaped: Vec<Escape> = closed
             .escaped
             .into_iter()
             .map(|((address, device), e)| Escape {
                 bytes: e.bytes,
                 device,
                 address,
-                operator: e.op.map(str::to_owned),
+                operator: e.op,
                 shape: e.tensor.as_ref().map(|(s, _)| s.to_vec()),
-                dtype: e.tensor.as_ref().map(|(_, d)| (*d).to_owned()),
+                dtype: e.tensor.as_ref().map(|(_, d)| *d),
                 backtrace: e.backtrace.map(|b| b.to_string()),
             })
             .collect();
+        escaped.sort_unstable_by_key(|e| (std::cmp::Reverse(e.bytes), e.address));
         let f = closed.frame;
         let report = ScopeReport {
-            name: self.opts.name.to_string(),
-            location: format!(
-                "{}:{}",
-                self.opts.location.file(),
-                self.opts.location.line()
-            ),
+            name: std::mem::take(&mut self.opts.name),
+            location: self.opts.location,
             devices: devices.into_iter().collect(),
             allocations: f.allocations,
             allocated: f.allocated,
@@ -130,7 +127,7 @@ impl Open {
             escaped_bytes: escaped.iter().map(|e| e.bytes).sum(),
             escaped,
             held_by_autograd: closed.graph_held,
-            opaque_kept: kept.opaque.iter().map(|s| (*s).to_owned()).collect(),
+            opaque_kept: kept.opaque,
             cache_released,
             released,
             max_peak: self.opts.max_peak,

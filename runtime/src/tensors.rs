@@ -3,14 +3,14 @@ use crate::device::DeviceId;
 use crate::ffi;
 use crate::ledger::Key;
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::Rc;
 use std::sync::{Arc, Mutex, RwLock};
 
 /// The storages found in kept values, plus what the search could not see into.
 #[derive(Debug, Default)]
 pub struct StorageSet {
-    pub(crate) keys: HashSet<Key>,
+    pub(crate) keys: rustc_hash::FxHashSet<Key>,
     /// A kept tensor has an autograd graph whose saved tensors cannot be listed.
     pub(crate) autograd_graph: bool,
     /// Type names of kept values that do not implement [`Tensors`].

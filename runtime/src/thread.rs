@@ -2,9 +2,30 @@
 //! the reporter and operator callback installed while any is.
 use crate::{ffi, Error};
 use std::cell::Cell;
-use std::ffi::c_void;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Once;
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{LazyLock, Once};
+
+/// The environment variable that sets the default of [`set_operator_attribution`]:
+/// `GPU_SCOPE_OPERATORS=0` turns operator attribution off.
+pub const OPERATORS_ENV: &str = "GPU_SCOPE_OPERATORS";
+
+static OPERATORS: LazyLock<AtomicBool> =
+    LazyLock::new(|| AtomicBool::new(std::env::var(OPERATORS_ENV).map_or(true, |v| v != "0")));
+
+/// Whether scopes record, for each allocation, the operator that made it and the shape and
+/// dtype of its tensor (on by default). Attribution costs a libtorch record function per
+/// operator run inside a scope (see BENCHMARKS.md); without it, reports still list every
+/// escaped allocation with its size, device and (with `GPU_SCOPE_BACKTRACE=1`) backtrace.
+/// Takes effect for threads that open their outermost scope after the call.
+pub fn set_operator_attribution(on: bool) {
+    OPERATORS.store(on, Ordering::Relaxed);
+}
+
+/// See [`set_operator_attribution`].
+pub fn operator_attribution() -> bool {
+    OPERATORS.load(Ordering::Relaxed)
+}
 
 struct ThreadState {
     owner: u64,
@@ -42,7 +63,8 @@ pub(crate) fn attach() -> Result<u64, Error> {
         if t.depth.get() == 0 {
             let mut handle = std::ptr::null_mut();
             // SAFETY: `handle` is an out-pointer; it is given back in `detach`.
-            ffi::check(unsafe { ffi::gs_thread_begin(t.owner, &mut handle) })
+            let operators = c_int::from(operator_attribution());
+            ffi::check(unsafe { ffi::gs_thread_begin(t.owner, operators, &mut handle) })
                 .map_err(Error::Torch)?;
             t.handle.set(handle);
         }

@@ -30,5 +30,5 @@ pub fn assert_one_escape(report: &ScopeReport, n: i64) {
     assert_eq!(report.escaped_bytes, 4 * n as u64);
     assert!(e.device.is_cpu());
     assert_eq!(e.shape.as_deref(), Some(&[n][..]), "{report}");
-    assert_eq!(e.dtype.as_deref(), Some("Float"));
+    assert_eq!(e.dtype, Some("Float"));
 }
