@@ -1,0 +1,103 @@
+//! Scopes on many threads at once: each thread's reports are exact, whatever the others do,
+//! and tensors freed on another thread than their scope's are seen as freed.
+mod common;
+
+use common::{floats, strict};
+use gpu_scope::__private::ledger_state;
+use gpu_scope::{Error, Scope};
+use std::sync::mpsc;
+use std::sync::Mutex;
+use tch::Tensor;
+
+/// The ledger is process-wide: the tests of this file that count it run one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const THREADS: u64 = 8;
+
+fn scopes_per_thread() -> u64 {
+    if cfg!(debug_assertions) {
+        2_000
+    } else {
+        10_000
+    }
+}
+
+/// Thread `t` leaks a tensor of `t + 1` floats at iterations `t, t + 97, t + 194, ...` and
+/// must see exactly those escapes, with that size.
+fn worker(t: u64, n: u64) -> (u64, u64) {
+    let mut leaked = Vec::new();
+    let (mut planted, mut reported) = (0, 0);
+    for i in 0..n {
+        let plant = i % 97 == t;
+        let scope = Scope::enter(strict("worker")).unwrap();
+        let kept = floats(8);
+        drop(floats(32));
+        if plant {
+            leaked.push(floats(t as i64 + 1));
+            planted += 1;
+        }
+        match scope.exit(&kept) {
+            Ok(r) => assert!(!plant && r.kept == 32, "thread {t} iteration {i}: {r}"),
+            Err(Error::Escaped(r)) => {
+                assert!(plant, "false escape on thread {t} at {i}: {r}");
+                assert_eq!(r.escaped.len(), 1, "{r}");
+                assert_eq!(r.escaped[0].bytes, 4 * (t + 1), "{r}");
+                reported += 1;
+            }
+            Err(e) => panic!("thread {t}: {e}"),
+        }
+        if leaked.len() > 10 {
+            leaked.clear();
+        }
+    }
+    (planted, reported)
+}
+
+#[test]
+fn eight_threads_report_exactly_their_own_planted_escapes() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let n = scopes_per_thread();
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| std::thread::spawn(move || worker(t, n)))
+        .collect();
+    for (t, h) in handles.into_iter().enumerate() {
+        let (planted, reported) = h.join().expect("worker panicked");
+        let expected = (0..n).filter(|i| i % 97 == t as u64).count() as u64;
+        assert_eq!((planted, reported), (expected, expected), "thread {t}");
+    }
+    let state = ledger_state();
+    assert_eq!((state.entries, state.frames, state.threads), (0, 0, 0));
+}
+
+#[test]
+fn tensors_freed_on_another_thread_count_as_freed() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (to_dropper, inbox) = mpsc::channel::<Vec<Tensor>>();
+    let (done, freed) = mpsc::channel::<()>();
+    let dropper = std::thread::spawn(move || {
+        for batch in inbox {
+            drop(batch);
+            done.send(()).unwrap();
+        }
+    });
+    let scope = Scope::enter(strict("handoff")).unwrap();
+    let kept = floats(4);
+    to_dropper
+        .send((0..10).map(|_| floats(100)).collect())
+        .unwrap();
+    freed.recv().unwrap();
+    let report = scope
+        .exit(&kept)
+        .expect("nothing escaped: the other thread freed them");
+    assert_eq!(report.allocated, 16 + 10 * 400);
+    assert_eq!(report.freed, 10 * 400);
+    assert_eq!(report.kept, 16);
+
+    // A tensor kept out of its scope and dropped later on another thread leaves no trace.
+    let before = ledger_state();
+    to_dropper.send(vec![kept]).unwrap();
+    freed.recv().unwrap();
+    assert_eq!(ledger_state().wrapped, before.wrapped - 1);
+    drop(to_dropper);
+    dropper.join().unwrap();
+}

@@ -1,0 +1,120 @@
+//! Faults inside scopes: panics caught with `catch_unwind`, libtorch errors, and a device that
+//! does not exist leave the thread's scope depth and the ledger as they were.
+mod common;
+
+use common::{floats, strict};
+use gpu_scope::__private::{ledger_state, LedgerState};
+use gpu_scope::{gpu_scope, Error, Scope, ScopeOptions};
+use std::panic::catch_unwind;
+use std::sync::Mutex;
+use tch::{Device, TchError, Tensor};
+
+/// The ledger is process-wide: the tests of this file run one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs `f` with the panic message printer off (10 000 of them would flood the output).
+fn quietly<R>(f: impl FnOnce() -> R) -> R {
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let r = f();
+    std::panic::set_hook(hook);
+    r
+}
+
+#[gpu_scope(on_escape = error)]
+fn nested_panic(depth: u32, at: u32) -> Result<Tensor, Error> {
+    let kept = floats(3);
+    let _live = floats(5);
+    if depth == at {
+        panic!("planted panic at depth {depth}");
+    }
+    let inner = nested_panic(depth + 1, at)?;
+    Ok(kept + inner)
+}
+
+#[test]
+fn ten_thousand_panics_leave_depth_and_ledger_as_before() {
+    let _serial = serial();
+    let before = ledger_state();
+    let outer = Scope::enter(strict("outer")).unwrap();
+    let caught = quietly(|| {
+        (0..10_000u32)
+            .filter(|i| catch_unwind(|| nested_panic(0, i % 4)).is_err())
+            .count()
+    });
+    assert_eq!(caught, 10_000);
+    assert_eq!(ledger_state().depth, 1, "only the outer scope is open");
+    // Everything the panicking scopes made was dropped while unwinding: nothing escapes.
+    let report = outer.exit(&()).expect("no escape from unwound scopes");
+    assert_eq!(report.allocated, report.freed, "{report}");
+    assert!(report.allocations >= 20_000, "{report}");
+    assert_eq!(ledger_state(), before);
+}
+
+#[test]
+fn a_shape_mismatch_propagates_as_a_tch_error_and_leaves_the_scope_consistent() {
+    let _serial = serial();
+    let before = ledger_state();
+
+    #[gpu_scope(on_escape = panic)]
+    fn mismatched() -> Result<Tensor, TchError> {
+        let a = floats(6).view([2, 3]);
+        let b = floats(6).view([2, 3]);
+        a.f_matmul(&b)
+    }
+    let err = mismatched().unwrap_err();
+    assert!(
+        err.to_string().contains("shapes cannot be multiplied"),
+        "{err}"
+    );
+    assert_eq!(ledger_state(), before);
+
+    // The panicking form: tch panics with libtorch's message; the scope unwinds cleanly.
+    #[gpu_scope(on_escape = error)]
+    fn mismatched_panics() -> Result<Tensor, Error> {
+        let a = floats(6).view([2, 3]);
+        Ok(a.matmul(&floats(6).view([2, 3])))
+    }
+    let panic = quietly(|| catch_unwind(mismatched_panics)).unwrap_err();
+    let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(message.contains("shapes cannot be multiplied"), "{message}");
+    assert_eq!(ledger_state(), before);
+
+    // And scopes work as before afterwards.
+    let (t, report) = gpu_scope::scope(strict("after"), || floats(2)).unwrap();
+    assert_eq!((report.kept, t.numel()), (8, 2));
+}
+
+#[test]
+fn a_scope_on_a_missing_device_is_an_error_and_changes_nothing() {
+    let _serial = serial();
+    let outer = Scope::enter(strict("outer")).unwrap();
+    let before: LedgerState = ledger_state();
+    let err = Scope::enter(ScopeOptions::new("gpu").device(Device::Cuda(7))).unwrap_err();
+    assert!(matches!(err, Error::NoSuchDevice { .. }), "{err}");
+    assert!(err.to_string().contains("cuda:7"), "{err}");
+    assert_eq!(ledger_state(), before);
+    assert_eq!(before.depth, 1);
+    outer.exit(&()).unwrap();
+}
+
+#[test]
+fn an_error_inside_a_nested_scope_hands_its_live_tensors_to_the_outer_one() {
+    let _serial = serial();
+    let outer = Scope::enter(strict("outer")).unwrap();
+    let result: Result<(), TchError> = (|| {
+        let _inner = Scope::enter(strict("inner")).unwrap();
+        let t = floats(4);
+        let bad = t.f_view([3])?; // 4 elements cannot be viewed as 3
+        gpu_scope::keep(&bad);
+        Ok(())
+    })();
+    assert!(result.is_err());
+    assert_eq!(ledger_state().depth, 1);
+    let report = outer.exit(&()).unwrap();
+    assert_eq!((report.allocated, report.freed), (16, 16));
+}

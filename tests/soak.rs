@@ -1,0 +1,118 @@
+//! Soak: a long run of scopes nested up to 4 deep that return, keep, drop and (at known
+//! iterations) leak tensors. After warm-up the process's resident memory must stay flat, every
+//! planted escape must be reported exactly, nothing else may be, and gpu-scope's bookkeeping
+//! must be empty at the end.
+//!
+//! Scopes: `GPU_SCOPE_SOAK` (default 100 000 in release, 10 000 in a debug build). The full run:
+//! `GPU_SCOPE_SOAK=1000000 cargo test --release --test soak -- --nocapture`. Under valgrind
+//! (`.ci/memcheck`) `GPU_SCOPE_SOAK_RSS=0` turns off the resident-memory check only: there
+//! the heap is valgrind's.
+mod common;
+
+use common::floats;
+use gpu_scope::__private::ledger_state;
+use gpu_scope::{memory_stats, Error, EscapePolicy, Scope, ScopeOptions};
+use std::sync::Mutex;
+use tch::{Device, Tensor};
+
+/// Where planted escapes go: a global the scopes do not own.
+static LEAKED: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
+
+fn scopes() -> u64 {
+    let default = if cfg!(debug_assertions) {
+        10_000
+    } else {
+        100_000
+    };
+    std::env::var("GPU_SCOPE_SOAK").map_or(default, |v| v.parse().expect("a number of scopes"))
+}
+
+/// Resident memory of this process, in bytes.
+fn rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("procfs");
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .expect("VmRSS");
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib * 1024
+}
+
+#[derive(Default)]
+struct Tally {
+    scopes: u64,
+    planted: u64,
+    reported: u64,
+}
+
+/// One scope at `depth` (1..=4), shaped by `i`; returns the tensor it hands back.
+fn run(i: u64, depth: u64, tally: &mut Tally) -> Tensor {
+    let scope = Scope::enter(ScopeOptions::new("soak").on_escape(EscapePolicy::Error)).unwrap();
+    tally.scopes += 1;
+    let returned = floats(depth as i64 + 4);
+    drop(floats(16));
+    let kept = floats(2);
+    gpu_scope::keep(&kept);
+    let plant = (i + depth) % 97 == 0;
+    if plant {
+        LEAKED.lock().unwrap().push(floats(3));
+        tally.planted += 1;
+    }
+    let nested = (depth < 1 + i % 4).then(|| run(i, depth + 1, tally));
+    match scope.exit(&(&returned, &nested)) {
+        Ok(report) => assert!(!plant, "planted escape not reported: {report}"),
+        Err(Error::Escaped(report)) => {
+            assert!(plant, "false escape at scope {i}/{depth}: {report}");
+            assert_eq!(report.escaped.len(), 1, "{report}");
+            assert_eq!(report.escaped[0].bytes, 12, "{report}");
+            assert_eq!(report.escaped[0].shape.as_deref(), Some(&[3][..]));
+            tally.reported += 1;
+        }
+        Err(other) => panic!("scope {i}/{depth} failed: {other}"),
+    }
+    drop((kept, nested));
+    returned
+}
+
+#[test]
+fn soak_scopes_hold_memory_flat_and_report_exactly_the_planted_escapes() {
+    let n = scopes();
+    let warm_up = n / 10;
+    let baseline = memory_stats(Device::Cpu).unwrap();
+    let mut tally = Tally::default();
+    let mut rss_after_warm_up = None;
+    let mut i = 0;
+    while tally.scopes < n {
+        if tally.scopes >= warm_up && rss_after_warm_up.is_none() {
+            rss_after_warm_up = Some(rss());
+        }
+        drop(run(i, 1, &mut tally));
+        if i % 100 == 0 {
+            LEAKED.lock().unwrap().clear();
+        }
+        i += 1;
+    }
+    LEAKED.lock().unwrap().clear();
+    let growth = rss().saturating_sub(rss_after_warm_up.expect("more scopes than the warm-up"));
+    println!(
+        "soak: {i} iterations, {} scopes, {} planted escapes, {} reported; RSS growth after \
+         warm-up {growth} B",
+        tally.scopes, tally.planted, tally.reported
+    );
+    assert!(tally.planted > 0);
+    assert_eq!(tally.reported, tally.planted);
+    if std::env::var("GPU_SCOPE_SOAK_RSS").as_deref() == Ok("0") {
+        println!("soak: RSS check off (GPU_SCOPE_SOAK_RSS=0: a memory checker owns the heap)");
+    } else {
+        assert!(growth < 1 << 20, "resident memory grew by {growth} bytes");
+    }
+    assert_eq!(
+        memory_stats(Device::Cpu).unwrap().allocated,
+        baseline.allocated
+    );
+    let state = ledger_state();
+    assert_eq!(
+        (state.depth, state.entries, state.frames, state.wrapped),
+        (0, 0, 0, 0)
+    );
+}
