@@ -7,6 +7,7 @@
 #include <ATen/record_function.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/GradMode.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
@@ -147,10 +148,6 @@ void on_op_end(const at::RecordFunction& fn, at::ObserverContext*) {
   op_name = nullptr;
 }
 
-struct ThreadState {
-  at::CallbackHandle callback;
-};
-
 }  // namespace
 
 extern "C" {
@@ -168,27 +165,25 @@ int gs_install_cpu_allocator(void) {
   });
 }
 
-// `operators`: also install the operator callback (names and shapes of allocations).
-int gs_thread_begin(uint64_t owner, int operators, void** handle) {
+// `operators`: also install the operator callback (names and shapes of allocations); its
+// handle (0 for none) goes to `callback`. The thread's reporter is made once and reused.
+int gs_thread_begin(uint64_t owner, int operators, uint64_t* callback) {
   return protect([&] {
-    c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE,
-                                     std::make_shared<Reporter>(owner));
-    at::CallbackHandle callback = 0;
+    thread_local std::shared_ptr<Reporter> reporter = std::make_shared<Reporter>(owner);
+    c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE, reporter);
+    *callback = 0;
     if (operators != 0) {
       auto cb = at::RecordFunctionCallback(&on_op_start, &on_op_end)
                     .needsOutputs(true)
                     .scopes({at::RecordScope::FUNCTION});
-      callback = at::addThreadLocalCallback(cb);
+      *callback = at::addThreadLocalCallback(cb);
     }
-    *handle = new ThreadState{callback};
   });
 }
 
-int gs_thread_end(void* handle) {
+int gs_thread_end(uint64_t callback) {
   return protect([&] {
-    auto* state = static_cast<ThreadState*>(handle);
-    if (state->callback != 0) at::removeCallback(state->callback);
-    delete state;
+    if (callback != 0) at::removeCallback(callback);
     c10::ThreadLocalDebugInfo::_pop(c10::DebugInfoKind::PROFILER_STATE);
     op_depth = 0;
     op_name = nullptr;
@@ -220,6 +215,12 @@ int gs_accelerator(int* dev_type, int* count) {
     *dev_type = acc ? static_cast<int>(*acc) : -1;
     *count = acc ? static_cast<int>(at::accelerator::deviceCount()) : 0;
   });
+}
+
+int gs_set_grad_enabled(int enabled) {
+  bool previous = c10::GradMode::is_enabled();
+  c10::GradMode::set_enabled(enabled != 0);
+  return previous ? 1 : 0;
 }
 
 int gs_empty_cache(void) { return protect([] { at::accelerator::emptyCache(); }); }

@@ -21,8 +21,10 @@ void gs_rust_note_tensor(void* ptr, int dev_type, int dev_index, const int64_t* 
 // Implemented in C++ (shim.cpp).
 const char* gs_last_error(void);
 int gs_install_cpu_allocator(void);
-int gs_thread_begin(uint64_t owner, int operators, void** handle);
-int gs_thread_end(void* handle);
+int gs_thread_begin(uint64_t owner, int operators, uint64_t* callback);
+int gs_thread_end(uint64_t callback);
+// Sets autograd on or off for this thread; returns whether it was on. Cannot fail.
+int gs_set_grad_enabled(int enabled);
 int gs_tensor_info(const void* tensor, void** storage, size_t* nbytes, int* dev_type,
                    int* dev_index, int* flags);
 int gs_accelerator(int* dev_type, int* count);

@@ -6,8 +6,9 @@ pub(crate) type Deleter = Option<unsafe extern "C" fn(*mut c_void)>;
 extern "C" {
     fn gs_last_error() -> *const c_char;
     pub(crate) fn gs_install_cpu_allocator() -> c_int;
-    pub(crate) fn gs_thread_begin(owner: u64, operators: c_int, handle: *mut *mut c_void) -> c_int;
-    pub(crate) fn gs_thread_end(handle: *mut c_void) -> c_int;
+    pub(crate) fn gs_thread_begin(owner: u64, operators: c_int, callback: *mut u64) -> c_int;
+    pub(crate) fn gs_thread_end(callback: u64) -> c_int;
+    pub(crate) fn gs_set_grad_enabled(enabled: c_int) -> c_int;
     pub(crate) fn gs_tensor_info(
         tensor: *const c_void,
         storage: *mut *mut c_void,

@@ -39,17 +39,27 @@ pub(crate) struct Open {
     pub(crate) grad: Option<GradGuard>,
 }
 
-/// Autograd off for as long as it lives, unless the options keep the caller's grad mode.
-pub(crate) struct GradGuard(#[allow(dead_code)] tch::NoGradGuard);
+/// Autograd off on this thread for as long as it lives; the caller's mode comes back after.
+#[derive(Debug)]
+pub(crate) struct GradGuard {
+    previous: std::ffi::c_int,
+    _not_send: PhantomData<*const ()>,
+}
 
-impl std::fmt::Debug for GradGuard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("GradGuard")
+impl Drop for GradGuard {
+    fn drop(&mut self) {
+        // SAFETY: sets a thread-local flag; cannot fail.
+        unsafe { crate::ffi::gs_set_grad_enabled(self.previous) };
     }
 }
 
+/// A [`GradGuard`], unless the options keep the caller's grad mode.
 pub(crate) fn grad_guard(opts: &ScopeOptions) -> Option<GradGuard> {
-    (!opts.keep_grad_mode).then(|| GradGuard(tch::no_grad_guard()))
+    (!opts.keep_grad_mode).then(|| GradGuard {
+        // SAFETY: sets a thread-local flag; cannot fail.
+        previous: unsafe { crate::ffi::gs_set_grad_enabled(0) },
+        _not_send: PhantomData,
+    })
 }
 
 impl Open {
@@ -75,12 +85,14 @@ impl Open {
     /// Ends the frame, checked or not, and builds its report. The frame must be on this thread.
     pub(crate) fn close(mut self, kept: StorageSet, check: bool) -> ScopeReport {
         self.grad = None;
-        let devices = ledger::devices(self.frame);
-        let accelerators: Vec<i32> = devices
-            .iter()
-            .filter(|d| !d.is_cpu())
-            .map(|d| d.index())
-            .collect();
+        let accelerators: Vec<i32> = match accelerator() {
+            Some(_) => ledger::devices(self.frame)
+                .iter()
+                .filter(|d| !d.is_cpu())
+                .map(|d| d.index())
+                .collect(),
+            None => vec![],
+        };
         if check {
             // Kernels may still be writing into blocks the check is about.
             for &i in &accelerators {
@@ -118,7 +130,7 @@ impl Open {
         let report = ScopeReport {
             name: std::mem::take(&mut self.opts.name),
             location: self.opts.location,
-            devices: devices.into_iter().collect(),
+            devices: f.devices.iter().copied().collect(),
             allocations: f.allocations,
             allocated: f.allocated,
             freed: f.freed,

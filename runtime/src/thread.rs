@@ -2,7 +2,7 @@
 //! the reporter and operator callback installed while any is.
 use crate::{ffi, Error};
 use std::cell::Cell;
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{LazyLock, Once};
 
@@ -30,7 +30,8 @@ pub fn operator_attribution() -> bool {
 struct ThreadState {
     owner: u64,
     depth: Cell<usize>,
-    handle: Cell<*mut c_void>,
+    /// The shim's operator callback while a scope is open here (0: none).
+    callback: Cell<u64>,
 }
 
 thread_local! {
@@ -39,7 +40,7 @@ thread_local! {
         ThreadState {
             owner: NEXT.fetch_add(1, Ordering::Relaxed),
             depth: Cell::new(0),
-            handle: Cell::new(std::ptr::null_mut()),
+            callback: Cell::new(0),
         }
     };
 }
@@ -61,12 +62,12 @@ pub(crate) fn attach() -> Result<u64, Error> {
     INSTALL.call_once(|| ffi::check(unsafe { ffi::gs_install_cpu_allocator() }).expect("install"));
     THREAD.with(|t| {
         if t.depth.get() == 0 {
-            let mut handle = std::ptr::null_mut();
-            // SAFETY: `handle` is an out-pointer; it is given back in `detach`.
+            let mut callback = 0;
             let operators = c_int::from(operator_attribution());
-            ffi::check(unsafe { ffi::gs_thread_begin(t.owner, operators, &mut handle) })
+            // SAFETY: `callback` is an out-pointer; it is given back in `detach`.
+            ffi::check(unsafe { ffi::gs_thread_begin(t.owner, operators, &mut callback) })
                 .map_err(Error::Torch)?;
-            t.handle.set(handle);
+            t.callback.set(callback);
         }
         t.depth.set(t.depth.get() + 1);
         Ok(t.owner)
@@ -79,10 +80,9 @@ pub(crate) fn detach() -> usize {
         let depth = t.depth.get().saturating_sub(1);
         t.depth.set(depth);
         if depth == 0 {
-            let handle = t.handle.replace(std::ptr::null_mut());
-            // SAFETY: the handle from `attach`; removing only fails if libtorch is broken, and
-            // then nothing better than leaving the hooks in place can be done.
-            let _ = ffi::check(unsafe { ffi::gs_thread_end(handle) });
+            // SAFETY: the callback from `attach`; removing only fails if libtorch is broken,
+            // and then nothing better than leaving the hooks in place can be done.
+            let _ = ffi::check(unsafe { ffi::gs_thread_end(t.callback.replace(0)) });
         }
         depth
     })
