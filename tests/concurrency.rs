@@ -60,11 +60,14 @@ fn eight_threads_report_exactly_their_own_planted_escapes() {
     let handles: Vec<_> = (0..THREADS)
         .map(|t| std::thread::spawn(move || worker(t, n)))
         .collect();
+    let mut total = 0;
     for (t, h) in handles.into_iter().enumerate() {
         let (planted, reported) = h.join().expect("worker panicked");
         let expected = (0..n).filter(|i| i % 97 == t as u64).count() as u64;
         assert_eq!((planted, reported), (expected, expected), "thread {t}");
+        total += reported;
     }
+    println!("concurrency: {THREADS} threads x {n} scopes, {total} planted escapes reported exactly");
     let state = ledger_state();
     assert_eq!((state.entries, state.frames, state.threads), (0, 0, 0));
 }
