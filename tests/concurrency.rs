@@ -67,7 +67,9 @@ fn eight_threads_report_exactly_their_own_planted_escapes() {
         assert_eq!((planted, reported), (expected, expected), "thread {t}");
         total += reported;
     }
-    println!("concurrency: {THREADS} threads x {n} scopes, {total} planted escapes reported exactly");
+    println!(
+        "concurrency: {THREADS} threads x {n} scopes, {total} planted escapes reported exactly"
+    );
     let state = ledger_state();
     assert_eq!((state.entries, state.frames, state.threads), (0, 0, 0));
 }
