@@ -1,0 +1,36 @@
+//! `set_operator_attribution`: with it off, escapes are still found and sized, only the
+//! operator and tensor shape are missing; back on, they return. (Its own test binary: the
+//! switch is process-wide.)
+mod common;
+
+use common::{assert_one_escape, escaped, floats, strict};
+use gpu_scope::{operator_attribution, set_operator_attribution, Scope};
+use std::sync::Mutex;
+use tch::Tensor;
+
+static CACHE: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
+
+fn leak_one() -> gpu_scope::ScopeReport {
+    let scope = Scope::enter(strict("leak")).unwrap();
+    CACHE.lock().unwrap().push(floats(256));
+    escaped(scope.exit(&()))
+}
+
+#[test]
+fn attribution_can_be_switched_off_and_on() {
+    assert!(operator_attribution(), "on by default");
+    assert_one_escape(&leak_one(), 256);
+    assert_eq!(leak_one().escaped[0].operator, Some("aten::zeros"));
+
+    set_operator_attribution(false);
+    let report = leak_one();
+    assert_eq!(report.escaped.len(), 1, "{report}");
+    let e = &report.escaped[0];
+    assert_eq!((e.bytes, e.operator, e.dtype), (1024, None, None), "{report}");
+    assert!(e.shape.is_none());
+    assert!(report.to_string().contains("1.00 KiB"), "{report}");
+
+    set_operator_attribution(true);
+    assert_one_escape(&leak_one(), 256);
+    CACHE.lock().unwrap().clear();
+}
