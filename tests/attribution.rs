@@ -26,7 +26,11 @@ fn attribution_can_be_switched_off_and_on() {
     let report = leak_one();
     assert_eq!(report.escaped.len(), 1, "{report}");
     let e = &report.escaped[0];
-    assert_eq!((e.bytes, e.operator, e.dtype), (1024, None, None), "{report}");
+    assert_eq!(
+        (e.bytes, e.operator, e.dtype),
+        (1024, None, None),
+        "{report}"
+    );
     assert!(e.shape.is_none());
     assert!(report.to_string().contains("1.00 KiB"), "{report}");
 
