@@ -2,15 +2,11 @@
 //! and tensors freed on another thread than their scope's are seen as freed.
 mod common;
 
-use common::{floats, strict};
+use common::{floats, serial, strict};
 use gpu_scope::__private::ledger_state;
 use gpu_scope::{Error, Scope};
 use std::sync::mpsc;
-use std::sync::Mutex;
 use tch::Tensor;
-
-/// The ledger is process-wide: the tests of this file that count it run one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 const THREADS: u64 = 8;
 
@@ -55,7 +51,7 @@ fn worker(t: u64, n: u64) -> (u64, u64) {
 
 #[test]
 fn eight_threads_report_exactly_their_own_planted_escapes() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = serial();
     let n = scopes_per_thread();
     let handles: Vec<_> = (0..THREADS)
         .map(|t| std::thread::spawn(move || worker(t, n)))
@@ -76,7 +72,7 @@ fn eight_threads_report_exactly_their_own_planted_escapes() {
 
 #[test]
 fn tensors_freed_on_another_thread_count_as_freed() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = serial();
     let (to_dropper, inbox) = mpsc::channel::<Vec<Tensor>>();
     let (done, freed) = mpsc::channel::<()>();
     let dropper = std::thread::spawn(move || {

@@ -2,19 +2,11 @@
 //! does not exist leave the thread's scope depth and the ledger as they were.
 mod common;
 
-use common::{floats, strict};
+use common::{floats, serial, strict};
 use gpu_scope::__private::{ledger_state, LedgerState};
 use gpu_scope::{gpu_scope, Error, Scope, ScopeOptions};
 use std::panic::catch_unwind;
-use std::sync::Mutex;
 use tch::{Device, TchError, Tensor};
-
-/// The ledger is process-wide: the tests of this file run one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Runs `f` with the panic message printer off (10 000 of them would flood the output).
 fn quietly<R>(f: impl FnOnce() -> R) -> R {

@@ -28,6 +28,13 @@ pub fn time_per_iter(iters: u32, mut f: impl FnMut()) -> f64 {
     t.elapsed().as_nanos() as f64 / f64::from(iters)
 }
 
+/// Median ns per call of `f` over rounds of `iters` calls, after one untimed round.
+pub fn median_ns(rounds: usize, iters: u32, mut f: impl FnMut()) -> f64 {
+    time_per_iter(iters, &mut f);
+    let v: Vec<f64> = (0..rounds).map(|_| time_per_iter(iters, &mut f)).collect();
+    quantile(&v, 0.5)
+}
+
 /// Runs `a` and `b` in `rounds` rounds of `iters` iterations each, alternating which goes
 /// first (A B, B A, ...), after one untimed warm-up round of each.
 /// `GPU_SCOPE_BENCH_ROUNDS` overrides `rounds` (few rounds, for a run under a profiler).

@@ -1,5 +1,5 @@
 //! The benchmarks, each returning its rows of the table.
-use crate::measure::{from_pairs, interleave, quantile, time, time_per_iter};
+use crate::measure::{from_pairs, interleave, median_ns, quantile, time};
 use crate::{models, Row};
 use gpu_scope::{EscapePolicy, Scope, ScopeOptions};
 use std::path::{Path, PathBuf};
@@ -34,7 +34,7 @@ fn opts(name: &'static str) -> ScopeOptions {
     ScopeOptions::new(name).on_escape(EscapePolicy::Error)
 }
 
-/// One forward pass in a scope of its own, with attribution (operator, shape) on.
+/// Runs `body` in a scope of its own that must leave nothing behind.
 fn scoped<T: gpu_scope::Tensors>(body: impl FnOnce() -> T) -> T {
     gpu_scope::scope(opts("bench"), body)
         .expect("nothing escapes")
@@ -60,13 +60,6 @@ fn mlp() -> Vec<Row> {
     }
     gpu_scope::set_operator_attribution(true);
     rows
-}
-
-/// Median ns per call of `f` over rounds of `iters` calls.
-fn median_ns(rounds: usize, iters: u32, mut f: impl FnMut()) -> f64 {
-    time_per_iter(iters, &mut f);
-    let v: Vec<f64> = (0..rounds).map(|_| time_per_iter(iters, &mut f)).collect();
-    quantile(&v, 0.5)
 }
 
 fn empty_scope() -> Vec<Row> {

@@ -3,6 +3,12 @@
 use gpu_scope::{Error, EscapePolicy, ScopeOptions, ScopeReport};
 use tch::{Device, Kind, Tensor};
 
+/// Serialises the tests of one test binary that count the process-wide ledger.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A CPU tensor of `n` floats: exactly one allocation of `4 * n` bytes.
 pub fn floats(n: i64) -> Tensor {
     Tensor::zeros([n], (Kind::Float, Device::Cpu))
