@@ -246,3 +246,9 @@ int gs_synchronize(int dev_index) {
 }
 
 }  // extern "C"
+
+#include "backend.h"
+extern "C" const char* gs_backend_name(void) {
+  const gpu_scope::Backend* b = gpu_scope::backend();
+  return b == nullptr ? "" : b->name;
+}

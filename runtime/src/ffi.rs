@@ -39,3 +39,7 @@ pub(crate) fn check(status: c_int) -> Result<(), String> {
     let msg = unsafe { CStr::from_ptr(gs_last_error()) };
     Err(msg.to_string_lossy().into_owned())
 }
+
+extern "C" {
+    pub(crate) fn gs_backend_name() -> *const c_char;
+}

@@ -23,6 +23,8 @@ pub struct MemoryStats {
 /// The process's accelerator: its libtorch device type number and how many there are.
 /// Asked once: libtorch does not let the set of devices change while a process runs.
 pub(crate) fn accelerator() -> Option<(i32, i32)> {
+    // SAFETY: returns a static string.
+    let _ = unsafe { ffi::gs_backend_name() };
     static ACCELERATOR: std::sync::OnceLock<Option<(i32, i32)>> = std::sync::OnceLock::new();
     *ACCELERATOR.get_or_init(|| {
         let (mut kind, mut count) = (-1, 0);
