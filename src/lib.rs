@@ -2,17 +2,20 @@
 
 pub use gpu_scope_macros::{gpu_scope, scope, Tensors};
 pub use gpu_scope_runtime::{
-    empty_cache, human_bytes, keep, last_report, memory_stats, operator_attribution, reset_peak,
-    scope, set_operator_attribution, DeviceId, Error, Escape, EscapePolicy, Finish, MemoryStats,
-    ReleasePolicy, Scope, ScopeFuture, ScopeOptions, ScopeReport, StorageSet, Tensors,
-    ESCAPE_POLICY_ENV, OPERATORS_ENV,
+    clear_workspaces, current, device_info, empty_cache, keep, keep_forever, last_report,
+    memory_stats, operator_attribution, reset_peak, scope, set_operator_attribution, Bytes,
+    Carried, DeviceId, DeviceInfo, DeviceReport, Error, Escape, EscapePolicy, Held, HeldBy,
+    MemoryStats, ReleasePolicy, Scope, ScopeHandle, ScopeOptions, ScopeReport, StorageSet, Tensors,
+    Untracked, BACKTRACE_ENV, ESCAPE_POLICY_ENV, OPERATORS_ENV,
 };
 
 /// Everything generated code needs, under paths the user cannot shadow. Not public API.
 #[doc(hidden)]
 pub mod __private {
     pub use gpu_scope_runtime::__private::*;
-    pub use gpu_scope_runtime::{
-        EscapePolicy, Finish, ReleasePolicy, Scope, ScopeFuture, ScopeOptions, StorageSet, Tensors,
-    };
+    pub use gpu_scope_runtime::{ScopeOptions, StorageSet, Tensors};
 }
+
+/// gpu-scope's own bookkeeping, for its tests. Not public API.
+#[doc(hidden)]
+pub use gpu_scope_runtime::__introspect;

@@ -3,7 +3,7 @@
 mod common;
 
 use common::{floats, serial, strict};
-use gpu_scope::__private::ledger_state;
+use gpu_scope::__introspect::ledger_state;
 use gpu_scope::{Error, Scope};
 use std::sync::mpsc;
 use tch::Tensor;
@@ -67,7 +67,10 @@ fn eight_threads_report_exactly_their_own_planted_escapes() {
         "concurrency: {THREADS} threads x {n} scopes, {total} planted escapes reported exactly"
     );
     let state = ledger_state();
-    assert_eq!((state.entries, state.frames, state.threads), (0, 0, 0));
+    assert_eq!(
+        (state.entries, state.frames, state.callback_failures),
+        (0, 0, 0)
+    );
 }
 
 #[test]

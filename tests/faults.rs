@@ -3,7 +3,7 @@
 mod common;
 
 use common::{floats, serial, strict};
-use gpu_scope::__private::{ledger_state, LedgerState};
+use gpu_scope::__introspect::{ledger_state, LedgerState};
 use gpu_scope::{gpu_scope, Error, Scope, ScopeOptions};
 use std::panic::catch_unwind;
 use tch::{Device, TchError, Tensor};

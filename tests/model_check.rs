@@ -3,7 +3,7 @@
 mod common;
 
 use common::floats;
-use gpu_scope::__private::ledger_state;
+use gpu_scope::__introspect::ledger_state;
 use gpu_scope::{EscapePolicy, Scope, ScopeOptions};
 use proptest::prelude::*;
 use std::collections::HashSet;

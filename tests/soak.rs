@@ -10,7 +10,7 @@
 mod common;
 
 use common::floats;
-use gpu_scope::__private::ledger_state;
+use gpu_scope::__introspect::ledger_state;
 use gpu_scope::{memory_stats, Error, EscapePolicy, Scope, ScopeOptions};
 use std::sync::Mutex;
 use tch::{Device, Tensor};

@@ -1,7 +1,7 @@
 //! The demo's logic: a model-switching inference service, then the same with a planted leak.
 //! `main.rs` drives it from the command line; `tests/demo.rs` runs it on the CPU.
 use super::models::{self, Kind};
-use gpu_scope::{human_bytes, memory_stats, EscapePolicy, MemoryStats, ScopeOptions, ScopeReport};
+use gpu_scope::{memory_stats, Bytes, EscapePolicy, MemoryStats, ScopeOptions, ScopeReport};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -88,11 +88,11 @@ fn row(out: &mut dyn Write, round: usize, r: &ScopeReport) -> std::io::Result<()
         out,
         "{round:>5}  {:<12} {:>11} {:>11} {:>11} {:>11} {:>11} {:>8.2}ms",
         r.name,
-        human_bytes(r.allocated),
-        human_bytes(r.peak),
-        human_bytes(r.kept),
-        human_bytes(r.escaped_bytes),
-        human_bytes(r.cache_released),
+        Bytes(r.allocated),
+        Bytes(r.peak),
+        Bytes(r.kept),
+        Bytes(r.escaped_bytes),
+        Bytes(r.cache_released),
         r.elapsed.as_secs_f64() * 1e3
     )
 }
@@ -113,8 +113,8 @@ fn at_baseline(
     writeln!(
         out,
         "{when}: {} allocated ({} at baseline) -> {verdict}",
-        human_bytes(now.allocated),
-        human_bytes(baseline.allocated)
+        Bytes(now.allocated),
+        Bytes(baseline.allocated)
     )?;
     Ok(back)
 }
@@ -135,8 +135,8 @@ pub fn run(cfg: &Config, out: &mut dyn Write) -> DemoResult<Outcome> {
     writeln!(
         out,
         "baseline: {} allocated, {} reserved\n",
-        human_bytes(baseline.allocated),
-        human_bytes(baseline.reserved)
+        Bytes(baseline.allocated),
+        Bytes(baseline.reserved)
     )?;
     writeln!(
         out,
@@ -191,7 +191,7 @@ pub fn run(cfg: &Config, out: &mut dyn Write) -> DemoResult<Outcome> {
     writeln!(
         out,
         "while the cache holds the model: {} allocated",
-        human_bytes(while_cached.allocated)
+        Bytes(while_cached.allocated)
     )?;
     MODEL_CACHE.lock().unwrap().clear();
     let after_cleanup = memory_stats(cfg.device)?;

@@ -76,27 +76,24 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
     Ok(if options.policy() == Some(Policy::Error) {
         quote::quote_spanned! {block_span=> {
             #prelude
-            match ::gpu_scope::__private::Scope::enter(#opts) {
+            match ::gpu_scope::__private::Guard::try_enter(#opts) {
                 ::core::result::Result::Err(e) => ::core::result::Result::Err(e),
                 ::core::result::Result::Ok(__gpu_scope_guard) => {
                     #[allow(clippy::let_unit_value)]
                     let __gpu_scope_value = #block;
                     #collect
-                    __gpu_scope_guard.exit_with(__gpu_scope_kept).map(|_| __gpu_scope_value)
+                    __gpu_scope_guard.try_exit(__gpu_scope_kept).map(|_| __gpu_scope_value)
                 }
             }
         }}
     } else {
         quote::quote_spanned! {block_span=> {
             #prelude
-            let __gpu_scope_guard = match ::gpu_scope::__private::Scope::enter(#opts) {
-                ::core::result::Result::Ok(s) => s,
-                ::core::result::Result::Err(e) => ::core::panic!("{}", e),
-            };
+            let __gpu_scope_guard = ::gpu_scope::__private::Guard::enter(#opts);
             #[allow(clippy::let_unit_value)]
-                    let __gpu_scope_value = #block;
+            let __gpu_scope_value = #block;
             #collect
-            let _ = __gpu_scope_guard.exit_with(__gpu_scope_kept);
+            __gpu_scope_guard.exit(__gpu_scope_kept);
             __gpu_scope_value
         }}
     })

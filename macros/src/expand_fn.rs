@@ -120,18 +120,17 @@ fn check(func: &ItemFn, policy: Option<Policy>) -> syn::Result<()> {
 /// ```
 /// `async fn` runs `async { ... }` inside a `ScopeFuture` instead of the closure.
 fn rewrite(mut func: ItemFn, options: crate::options::Options) -> TokenStream {
-    let mut policy = options.policy();
-    if policy.is_none() && is_extern(&func) {
-        policy = Some(Policy::Warn);
-    }
+    let policy = options.policy();
     let ident = &func.sig.ident;
     let default_name = quote!(::core::concat!(
         ::core::module_path!(),
         "::",
         ::core::stringify!(#ident)
     ));
-    let opts = options.build(default_name, policy);
-    let opts = quote_spanned!(ident.span()=> #opts);
+    let mut opts = options.build(default_name, policy);
+    if is_extern(&func) {
+        opts = quote!(#opts.cannot_unwind());
+    }
 
     let mut rebinds = Vec::new();
     let mut kept = vec![quote!(__gpu_scope_ret)];
@@ -165,15 +164,6 @@ fn rewrite(mut func: ItemFn, options: crate::options::Options) -> TokenStream {
     };
     let ret_annotation = annotate.then(|| quote!(: #ret_ty));
     let closure_ret = annotate.then(|| quote!(-> #ret_ty));
-    let fail_fn = (policy == Some(Policy::Error)).then(|| {
-        quote_spanned! {func.sig.output.span()=>
-            let __gpu_scope_fail = <#ret_ty as ::gpu_scope::__private::EscapeResult>::from_error;
-        }
-    });
-    let on_err = match policy {
-        Some(Policy::Error) => quote!(return __gpu_scope_fail(e)),
-        _ => quote!(::core::panic!("{}", e)),
-    };
     let block = &func.block;
     // A closure inside an `unsafe fn` is not an unsafe context by itself.
     let block = match func.sig.unsafety {
@@ -182,39 +172,75 @@ fn rewrite(mut func: ItemFn, options: crate::options::Options) -> TokenStream {
         }
         None => quote!(#block),
     };
+    let error = policy == Some(Policy::Error);
+    let fail_fn = error.then(|| {
+        quote_spanned! {func.sig.output.span()=>
+            let __gpu_scope_fail = <#ret_ty as ::gpu_scope::__private::EscapeResult>::from_escape;
+        }
+    });
+    let (enter, exit) = if error {
+        (
+            quote!(match ::gpu_scope::__private::Guard::try_enter(#opts) {
+                ::core::result::Result::Ok(g) => g,
+                ::core::result::Result::Err(e) => return __gpu_scope_fail(e),
+            }),
+            quote!(if let ::core::result::Result::Err(e) =
+                __gpu_scope_exit.try_exit(__gpu_scope_kept)
+            {
+                return __gpu_scope_fail(e);
+            }),
+        )
+    } else {
+        (
+            quote!(::gpu_scope::__private::Guard::enter(#opts)),
+            quote!(__gpu_scope_exit.exit(__gpu_scope_kept);),
+        )
+    };
+    let (enter_future, exit_future) = if error {
+        (
+            quote!(match ::gpu_scope::__private::ScopeFuture::try_enter(#opts, async { #(#rebinds)* #block }) {
+                ::core::result::Result::Ok(f) => f,
+                ::core::result::Result::Err(e) => return __gpu_scope_fail(e),
+            }),
+            quote!(if let ::core::result::Result::Err(e) =
+                __gpu_scope_exit.try_exit(__gpu_scope_kept)
+            {
+                return __gpu_scope_fail(e);
+            }),
+        )
+    } else {
+        (
+            quote!(::gpu_scope::__private::ScopeFuture::enter(#opts, async { #(#rebinds)* #block })),
+            quote!(__gpu_scope_exit.exit(__gpu_scope_kept);),
+        )
+    };
     let collect = roots::collect(kept);
     let prelude = roots::prelude();
 
-    let body = if func.sig.asyncness.is_some() {
-        quote! {
-            let __gpu_scope_future = match ::gpu_scope::__private::ScopeFuture::new(
-                #opts,
-                async { #(#rebinds)* #block },
-            ) {
-                ::core::result::Result::Ok(f) => f,
-                ::core::result::Result::Err(e) => #on_err,
-            };
-            let (__gpu_scope_ret, __gpu_scope_exit) = __gpu_scope_future.await;
-            let __gpu_scope_ret #ret_annotation = __gpu_scope_ret;
-        }
+    let (body, exit) = if func.sig.asyncness.is_some() {
+        (
+            quote! {
+                let (__gpu_scope_ret, __gpu_scope_exit) = #enter_future.await;
+                let __gpu_scope_ret #ret_annotation = __gpu_scope_ret;
+            },
+            exit_future,
+        )
     } else {
-        quote! {
-            let __gpu_scope_exit = match ::gpu_scope::__private::Scope::enter(#opts) {
-                ::core::result::Result::Ok(s) => s,
-                ::core::result::Result::Err(e) => #on_err,
-            };
-            #[allow(clippy::redundant_closure_call)]
-            let __gpu_scope_ret #ret_annotation = (|| #closure_ret { #(#rebinds)* #block })();
-        }
+        (
+            quote! {
+                let __gpu_scope_exit = #enter;
+                #[allow(clippy::redundant_closure_call)]
+                let __gpu_scope_ret #ret_annotation = (|| #closure_ret { #(#rebinds)* #block })();
+            },
+            exit,
+        )
     };
     let new_block = quote! {{
         #prelude
         #fail_fn
         #body
         #collect
-        if let ::core::result::Result::Err(e) = __gpu_scope_exit.exit_with(__gpu_scope_kept) {
-            #on_err
-        }
+        #exit
         __gpu_scope_ret
     }};
     func.block = Box::new(syn::parse2(new_block).expect("generated block parses"));

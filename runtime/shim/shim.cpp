@@ -1,21 +1,33 @@
 // The part of gpu-scope that only C++ can do: wrap the CPU allocator, install the per-thread
-// memory reporter and operator callback, read a tensor's storage, and reach the accelerator's
-// caching allocator. Policy and bookkeeping live in Rust.
+// memory reporter and operator callbacks, attach a tracker to the device backend, read a
+// tensor's storages, and reach the accelerator's caching allocator. Policy and bookkeeping live
+// in Rust (runtime/src).
 #include "shim.h"
 
+#include "backend.h"
+
 #include <ATen/DeviceAccelerator.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
 #include <ATen/record_function.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/GradMode.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
-#include <ATen/core/Tensor.h>
-#include <ATen/core/ivalue.h>
+#include <torch/csrc/profiler/orchestration/observer.h>
 
+#include <atomic>
 #include <exception>
 #include <mutex>
 #include <string>
 #include <vector>
+
+namespace at::native {
+// Exported by libtorch_cpu; declared in a header that needs ideep.
+void* data_ptr_from_mkldnn(const at::Tensor& mkldnn_tensor);
+}  // namespace at::native
 
 namespace {
 
@@ -34,44 +46,133 @@ int protect(F&& f) noexcept {
   return -1;
 }
 
-// Receives the accelerator caching allocator's reports on threads inside a scope (and on the
-// intra-op threads that inherit its debug info). It claims profiling is off so that the CPU
-// allocator's own reporter stays idle: no size table, no "unknown size" warnings.
-struct Reporter final : c10::MemoryReportingInfoBase {
-  explicit Reporter(uint64_t owner) : owner(owner) {}
-  void reportMemoryUsage(void* ptr, int64_t size, size_t, size_t, c10::Device d) override;
-  bool memoryProfilingEnabled() const override { return false; }
-  uint64_t owner;
-};
+// --- What the current thread is doing -----------------------------------------------------
 
-Reporter* current_reporter() {
-  auto* info = c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE);
-  return info == nullptr ? nullptr : dynamic_cast<Reporter*>(info);
-}
-
+// The owner of the thread's open scopes (set while any is open on this thread).
+thread_local const void* thread_owner = nullptr;
 // The outermost operator running on this thread, and how many allocations it made.
 thread_local int op_depth = 0;
 thread_local const char* op_name = nullptr;
 thread_local uint64_t allocs_seen = 0;
 thread_local uint64_t allocs_at_op_start = 0;
+// Depth of autograd's backward nodes running on this thread.
+thread_local int backward_depth = 0;
+// The requested size of the block the backend's tracker announced last on this thread; the
+// caching allocator reports the same block right after, with its block size.
+thread_local uintptr_t pending_ptr = 0;
+thread_local size_t pending_requested = 0;
+// gs_probe_reports is allocating: reports go to it, not to Rust.
+thread_local bool probing = false;
+thread_local bool probe_seen = false;
+
+std::atomic<bool> tracker_attached{false};
+std::atomic<uint64_t> empty_cache_calls{0};
+
+int made_flags() {
+  return (c10::GradMode::is_enabled() ? 0 : GS_MADE_GRAD_OFF) |
+         (backward_depth > 0 ? GS_MADE_IN_BACKWARD : 0);
+}
 
 int device_index(c10::Device d) { return d.has_index() ? d.index() : -1; }
 
+// --- The reporter -------------------------------------------------------------------------
+
+// Receives the accelerator caching allocator's reports on a thread inside a scope (and on the
+// intra-op and autograd threads that inherit its debug info). libtorch's profiler static_casts
+// whatever sits in the PROFILER_STATE slot to ProfilerStateBase, so the reporter is one, with a
+// disabled configuration: a profiler started inside a scope sees no profiler running and pushes
+// its own state on top. Memory profiling is off, so the CPU allocator's own reporter stays idle
+// (no size table, no "unknown size" warnings).
+struct Reporter final : torch::profiler::impl::ProfilerStateBase {
+  explicit Reporter(const void* owner)
+      : ProfilerStateBase(torch::profiler::impl::ProfilerConfig(
+            torch::profiler::impl::ProfilerState::Disabled)),
+        owner(owner) {
+    gs_rust_owner_retain(owner);
+  }
+  ~Reporter() override { gs_rust_owner_release(owner); }
+  void reportMemoryUsage(void* ptr, int64_t size, size_t, size_t, c10::Device d) override;
+  torch::profiler::impl::ActiveProfilerType profilerType() override {
+    return torch::profiler::impl::ActiveProfilerType::NONE;
+  }
+  const void* owner;
+};
+
+// Every Reporter shares this vtable pointer: comparing it is how a slot's content is recognised
+// without a dynamic_cast on each CPU allocation.
+const void* reporter_vtable() {
+  static const void* vtable = [] {
+    Reporter probe(nullptr);
+    const void* v = *reinterpret_cast<const void* const*>(&probe);
+    probe.owner = nullptr;
+    return v;
+  }();
+  return vtable;
+}
+
+c10::DebugInfoBase* slot() {
+  return c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE);
+}
+
+Reporter* as_reporter(c10::DebugInfoBase* info) {
+  if (info == nullptr || *reinterpret_cast<const void* const*>(info) != reporter_vtable()) {
+    return nullptr;
+  }
+  return static_cast<Reporter*>(info);
+}
+
+// Whose scope an allocation on this thread belongs to: the thread's own, or that of the thread
+// whose reporter it inherited (intra-op and autograd threads).
+const void* current_owner() {
+  if (thread_owner != nullptr) return thread_owner;
+  Reporter* r = as_reporter(slot());
+  return r == nullptr ? nullptr : r->owner;
+}
+
 void Reporter::reportMemoryUsage(void* ptr, int64_t size, size_t, size_t, c10::Device d) {
-  if (d.is_cpu() || ptr == nullptr) return;  // the CPU is covered by TrackingAllocator
+  if (d.is_cpu() || ptr == nullptr || owner == nullptr) return;  // CPU: TrackingAllocator
+  if (probing) {
+    probe_seen = true;
+    return;
+  }
   if (size > 0) {
+    size_t requested = 0;
+    if (pending_ptr == reinterpret_cast<uintptr_t>(ptr)) requested = pending_requested;
+    pending_ptr = 0;
     ++allocs_seen;
-    gs_rust_on_alloc(owner, ptr, static_cast<size_t>(size), static_cast<int>(d.type()),
-                     device_index(d), op_name, nullptr, nullptr);
-  } else if (size < 0) {
+    int tracked = 0;
+    gs_rust_on_alloc(owner, ptr, static_cast<size_t>(size), requested,
+                     static_cast<int>(d.type()), device_index(d), op_name, made_flags(),
+                     nullptr, nullptr, &tracked);
+  } else if (size < 0 && !tracker_attached.load(std::memory_order_relaxed)) {
+    // With the tracker attached, it reports every free, on every thread.
     gs_rust_on_free(ptr, static_cast<int>(d.type()), device_index(d));
   }
 }
 
+// Sees every allocation and free of the backend's caching allocator, on every thread.
+void on_trace(const c10::CachingDeviceAllocator::TraceEntry& entry) {
+  using Action = c10::CachingDeviceAllocator::TraceEntry::Action;
+  if (entry.action_ == Action::ALLOC) {
+    pending_ptr = entry.addr_;
+    pending_requested = entry.size_;
+  } else if (entry.action_ == Action::FREE_REQUESTED && !probing) {
+    // Both backends (the real one and the fake) are CUDA.
+    gs_rust_on_free(reinterpret_cast<void*>(entry.addr_),
+                    static_cast<int>(c10::DeviceType::CUDA), entry.device_);
+  }
+}
+
+// --- The CPU allocator wrapper ------------------------------------------------------------
+
 void tracked_delete(void* data) {
+  void* ctx = nullptr;
   gs_deleter del = nullptr;
-  void* ctx = gs_rust_on_cpu_free(data, &del);
-  if (del != nullptr) del(ctx);
+  int found = 0;
+  // A block whose original deleter cannot be found is leaked rather than freed wrongly.
+  if (gs_rust_on_cpu_free(data, &ctx, &del, &found) == 0 && found != 0 && del != nullptr) {
+    del(ctx);
+  }
 }
 
 c10::DeleterFnPtr inner_raw_deleter = nullptr;
@@ -79,33 +180,36 @@ c10::DeleterFnPtr inner_raw_deleter = nullptr;
 // raw_allocate hands out blocks whose context is their address; they come back here, tracked
 // or not (oneDNN's scratch buffers take this path).
 void raw_delete(void* data) {
+  void* ctx = nullptr;
   gs_deleter del = nullptr;
-  void* ctx = gs_rust_on_cpu_free(data, &del);
-  if (del != nullptr) {
-    del(ctx);
+  int found = 0;
+  if (gs_rust_on_cpu_free(data, &ctx, &del, &found) == 0 && found != 0) {
+    if (del != nullptr) del(ctx);
   } else if (inner_raw_deleter != nullptr) {
     inner_raw_deleter(data);
   }
 }
 
-// Wraps libtorch's CPU allocator. Outside scopes it adds one thread-local read; inside, it
+// Wraps libtorch's CPU allocator. Outside scopes it adds two thread-local reads; inside, it
 // hands the original deleter to Rust and keeps context == data, as the default allocator does.
 struct TrackingAllocator final : c10::Allocator {
   explicit TrackingAllocator(c10::Allocator* inner) : inner(inner) {}
   c10::DataPtr allocate(size_t n) override {
     c10::DataPtr p = inner->allocate(n);
-    Reporter* r = current_reporter();
+    const void* owner = current_owner();
     void* data = p.get();
-    if (r == nullptr || data == nullptr || n == 0) return p;
+    if (owner == nullptr || data == nullptr || n == 0) return p;
     c10::Device device = p.device();
     gs_deleter del = p.get_deleter();
     void* ctx = p.release_context();
     ++allocs_seen;
-    if (gs_rust_on_alloc(r->owner, data, n, static_cast<int>(device.type()), -1, op_name, ctx,
-                         del) == 0) {
-      return c10::DataPtr(data, ctx, del, device);
+    int tracked = 0;
+    if (gs_rust_on_alloc(owner, data, n, n, static_cast<int>(device.type()), -1, op_name,
+                         made_flags(), ctx, del, &tracked) == 0 &&
+        tracked != 0) {
+      return c10::DataPtr(data, data, &tracked_delete, device);
     }
-    return c10::DataPtr(data, data, &tracked_delete, device);
+    return c10::DataPtr(data, ctx, del, device);
   }
   c10::DeleterFnPtr raw_deleter() const override {
     return inner_raw_deleter == nullptr ? nullptr : &raw_delete;
@@ -115,6 +219,8 @@ struct TrackingAllocator final : c10::Allocator {
   }
   c10::Allocator* inner;
 };
+
+// --- Operator callbacks -------------------------------------------------------------------
 
 void note_outputs(const at::RecordFunction& fn) {
   for (const c10::IValue& v : fn.outputs()) {
@@ -148,68 +254,155 @@ void on_op_end(const at::RecordFunction& fn, at::ObserverContext*) {
   op_name = nullptr;
 }
 
+std::unique_ptr<at::ObserverContext> on_backward_start(const at::RecordFunction&) {
+  ++backward_depth;
+  return nullptr;
+}
+
+void on_backward_end(const at::RecordFunction&, at::ObserverContext*) { --backward_depth; }
+
+bool try_attach_tracker() {
+  if (tracker_attached.load()) return true;
+  const gpu_scope::Backend* b = gpu_scope::backend();
+  if (b == nullptr || b->attach_tracker == nullptr) return false;
+  static std::mutex once;
+  std::lock_guard<std::mutex> lock(once);
+  if (!tracker_attached.load() && b->attach_tracker(&on_trace)) tracker_attached.store(true);
+  return tracker_attached.load();
+}
+
+void add_storage(const at::Tensor& t, std::vector<gs_storage>& out) {
+  if (!t.defined()) return;
+  switch (t.layout()) {
+    case at::kSparse:
+      add_storage(t._indices(), out);
+      add_storage(t._values(), out);
+      return;
+    case at::kSparseCsr:
+    case at::kSparseBsr:
+      add_storage(t.crow_indices(), out);
+      add_storage(t.col_indices(), out);
+      add_storage(t.values(), out);
+      return;
+    case at::kSparseCsc:
+    case at::kSparseBsc:
+      add_storage(t.ccol_indices(), out);
+      add_storage(t.row_indices(), out);
+      add_storage(t.values(), out);
+      return;
+    case at::kMkldnn:
+      out.push_back({at::native::data_ptr_from_mkldnn(t), static_cast<int>(c10::kCPU), -1});
+      return;
+    default:
+      if (t.has_storage() && t.storage().data_ptr().get() != nullptr) {
+        out.push_back({t.storage().data_ptr().get(), static_cast<int>(t.device().type()),
+                       device_index(t.device())});
+      }
+  }
+}
+
+c10::DeviceType accelerator_type() {
+  auto acc = at::accelerator::getAccelerator(false);
+  TORCH_CHECK(acc.has_value(), "this process has no accelerator");
+  return *acc;
+}
+
+bool accelerator_initialized() {
+  auto acc = at::accelerator::getAccelerator(false);
+  return acc.has_value() && c10::getDeviceAllocator(*acc)->initialized();
+}
+
 }  // namespace
 
 extern "C" {
 
-const char* gs_last_error(void) { return last_error.c_str(); }
+void gs_last_error(const char** message, size_t* len) noexcept {
+  *message = last_error.data();
+  *len = last_error.size();
+}
 
-int gs_install_cpu_allocator(void) {
+int gs_install(void) noexcept {
   return protect([] {
     static std::once_flag once;
     std::call_once(once, [] {
       static TrackingAllocator tracking(c10::GetCPUAllocator());
       inner_raw_deleter = tracking.inner->raw_deleter();
       c10::SetCPUAllocator(&tracking, UINT8_MAX);
+      reporter_vtable();
     });
   });
 }
 
-// `operators`: also install the operator callback (names and shapes of allocations); its
-// handle (0 for none) goes to `callback`. The thread's reporter is made once and reused.
-int gs_thread_begin(uint64_t owner, int operators, uint64_t* callback) {
+int gs_thread_enter(const void* owner, int operators, uint64_t* callbacks,
+                    int* stepped_aside) noexcept {
   return protect([&] {
     thread_local std::shared_ptr<Reporter> reporter = std::make_shared<Reporter>(owner);
-    c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE, reporter);
-    *callback = 0;
+    callbacks[0] = callbacks[1] = 0;
+    *stepped_aside = 0;
+    c10::DebugInfoBase* top = slot();
+    if (top == nullptr) {
+      c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE, reporter);
+    } else if (top != reporter.get()) {
+      // A profiler (or another reporter) holds the slot: never push over it.
+      *stepped_aside = 1;
+    }
+    thread_owner = owner;
+    try_attach_tracker();
+    auto backward = at::RecordFunctionCallback(&on_backward_start, &on_backward_end)
+                        .scopes({at::RecordScope::BACKWARD_FUNCTION});
+    callbacks[0] = at::addThreadLocalCallback(backward);
     if (operators != 0) {
-      auto cb = at::RecordFunctionCallback(&on_op_start, &on_op_end)
-                    .needsOutputs(true)
-                    .scopes({at::RecordScope::FUNCTION});
-      *callback = at::addThreadLocalCallback(cb);
+      auto ops = at::RecordFunctionCallback(&on_op_start, &on_op_end)
+                     .needsOutputs(true)
+                     .scopes({at::RecordScope::FUNCTION});
+      callbacks[1] = at::addThreadLocalCallback(ops);
     }
   });
 }
 
-int gs_thread_end(uint64_t callback) {
+int gs_thread_leave(const uint64_t* callbacks) noexcept {
   return protect([&] {
-    if (callback != 0) at::removeCallback(callback);
-    c10::ThreadLocalDebugInfo::_pop(c10::DebugInfoKind::PROFILER_STATE);
+    for (int i = 0; i < 2; ++i) {
+      if (callbacks[i] != 0) at::removeCallback(callbacks[i]);
+    }
+    // Pop only our own reporter: a profiler started inside the scope may sit on top of it,
+    // and then it stays below until a later scope finds it on top.
+    if (as_reporter(slot()) != nullptr) {
+      c10::ThreadLocalDebugInfo::_pop(c10::DebugInfoKind::PROFILER_STATE);
+    }
+    thread_owner = nullptr;
     op_depth = 0;
     op_name = nullptr;
+    backward_depth = 0;
+    try_attach_tracker();
   });
 }
 
-int gs_tensor_info(const void* tensor, void** storage, size_t* nbytes, int* dev_type,
-                   int* dev_index, int* flags) {
+int gs_set_grad_enabled(int enabled, int* previous) noexcept {
+  return protect([&] {
+    *previous = c10::GradMode::is_enabled() ? 1 : 0;
+    c10::GradMode::set_enabled(enabled != 0);
+  });
+}
+
+int gs_tensor_storages(const void* tensor, gs_storage* out, size_t cap, size_t* n,
+                       int* flags) noexcept {
   return protect([&] {
     const auto& t = *static_cast<const at::Tensor*>(tensor);
-    *storage = nullptr;
-    *nbytes = 0;
+    std::vector<gs_storage> found;
     *flags = 0;
-    if (!t.defined()) return;
-    *dev_type = static_cast<int>(t.device().type());
-    *dev_index = device_index(t.device());
-    if (t.has_storage()) {
-      *storage = t.storage().data_ptr().get();
-      *nbytes = t.storage().nbytes();
+    if (t.defined()) {
+      add_storage(t, found);
+      if (t.grad_fn() != nullptr) *flags |= GS_TENSOR_HAS_GRAPH;
+      // Only a leaf's .grad is read: on other tensors libtorch warns on stderr.
+      if (t.requires_grad() && t.is_leaf()) add_storage(t.grad(), found);
     }
-    if (t.requires_grad()) *flags |= 1;
-    if (t.grad_fn() != nullptr) *flags |= 2;
+    *n = found.size();
+    for (size_t i = 0; i < found.size() && i < cap; ++i) out[i] = found[i];
   });
 }
 
-int gs_accelerator(int* dev_type, int* count) {
+int gs_accelerator(int* dev_type, int* count) noexcept {
   return protect([&] {
     auto acc = at::accelerator::getAccelerator(false);
     *dev_type = acc ? static_cast<int>(*acc) : -1;
@@ -217,15 +410,19 @@ int gs_accelerator(int* dev_type, int* count) {
   });
 }
 
-int gs_set_grad_enabled(int enabled) {
-  bool previous = c10::GradMode::is_enabled();
-  c10::GradMode::set_enabled(enabled != 0);
-  return previous ? 1 : 0;
+int gs_accelerator_initialized(int* initialized) noexcept {
+  return protect([&] { *initialized = accelerator_initialized() ? 1 : 0; });
 }
 
-int gs_empty_cache(void) { return protect([] { at::accelerator::emptyCache(); }); }
+int gs_empty_cache(void) noexcept {
+  return protect([] {
+    empty_cache_calls.fetch_add(1, std::memory_order_relaxed);
+    at::accelerator::emptyCache();
+  });
+}
 
-int gs_device_stats(int dev_index, int64_t* allocated, int64_t* reserved, int64_t* peak) {
+int gs_device_stats_unchecked(int dev_index, int64_t* allocated, int64_t* reserved,
+                              int64_t* peak) noexcept {
   return protect([&] {
     auto stats = at::accelerator::getDeviceStats(static_cast<c10::DeviceIndex>(dev_index));
     constexpr auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
@@ -235,20 +432,73 @@ int gs_device_stats(int dev_index, int64_t* allocated, int64_t* reserved, int64_
   });
 }
 
-int gs_reset_peak(int dev_index) {
-  return protect(
-      [&] { at::accelerator::resetPeakStats(static_cast<c10::DeviceIndex>(dev_index)); });
+int gs_device_stats(int dev_index, int64_t* allocated, int64_t* reserved,
+                    int64_t* peak) noexcept {
+  *allocated = *reserved = *peak = 0;
+  // Before the device's lazy init libtorch throws "Invalid device argument": nothing has been
+  // allocated yet, so the answer is zeros.
+  int initialized = 0;
+  if (gs_accelerator_initialized(&initialized) != 0) return -1;
+  return initialized != 0 ? gs_device_stats_unchecked(dev_index, allocated, reserved, peak) : 0;
 }
 
-int gs_synchronize(int dev_index) {
-  return protect(
-      [&] { at::accelerator::synchronizeDevice(static_cast<c10::DeviceIndex>(dev_index)); });
+int gs_reset_peak(int dev_index) noexcept {
+  return protect([&] {
+    if (accelerator_initialized()) {
+      at::accelerator::resetPeakStats(static_cast<c10::DeviceIndex>(dev_index));
+    }
+  });
 }
 
-}  // extern "C"
+int gs_workspaces(void (*visit)(void* ctx, const void* ptr, int dev_index, const char* kind),
+                  void* ctx) noexcept {
+  return protect([&] {
+    const gpu_scope::Backend* b = gpu_scope::backend();
+    if (b != nullptr && b->workspaces != nullptr) b->workspaces(visit, ctx);
+  });
+}
 
-#include "backend.h"
-extern "C" const char* gs_backend_name(void) {
+int gs_clear_workspaces(void) noexcept {
+  return protect([] {
+    const gpu_scope::Backend* b = gpu_scope::backend();
+    if (b != nullptr && b->clear_workspaces != nullptr) b->clear_workspaces();
+  });
+}
+
+int gs_autocast_clear(int* cleared) noexcept {
+  return protect([&] {
+    *cleared = 0;
+    auto acc = at::accelerator::getAccelerator(false);
+    if (acc && at::autocast::is_autocast_enabled(*acc) && at::autocast::is_autocast_cache_enabled()) {
+      at::autocast::clear_cache();
+      *cleared = 1;
+    }
+  });
+}
+
+int gs_probe_reports(int dev_index, int* reported) noexcept {
+  return protect([&] {
+    c10::DeviceType type = accelerator_type();
+    if (dev_index < 0) dev_index = at::accelerator::getDeviceIndex();
+    probing = true;
+    probe_seen = false;
+    try {
+      c10::DeviceGuard guard(c10::Device(type, static_cast<c10::DeviceIndex>(dev_index)));
+      c10::DataPtr block = c10::GetAllocator(type)->allocate(1);
+    } catch (...) {
+      probing = false;
+      throw;
+    }
+    probing = false;
+    *reported = probe_seen ? 1 : 0;
+  });
+}
+
+const char* gs_backend_name(void) noexcept {
   const gpu_scope::Backend* b = gpu_scope::backend();
   return b == nullptr ? "" : b->name;
 }
+
+uint64_t gs_empty_cache_calls(void) noexcept { return empty_cache_calls.load(); }
+
+}  // extern "C"

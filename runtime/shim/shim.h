@@ -1,37 +1,87 @@
-// The C ABI between the Rust runtime and libtorch. Every function here is noexcept and
-// returns 0 on success or -1 with a message readable through gs_last_error().
+// The C ABI between the Rust runtime and libtorch.
+//
+// C++ → Rust: the gs_rust_* callbacks, implemented in runtime/src/hooks.rs. They never unwind:
+// each returns 0, or -1 when it failed (the Rust side records why), and the shim then treats
+// the block as untracked.
+//
+// Rust → C++: the other functions, implemented in shim.cpp. All are noexcept: they return 0,
+// or -1 with a message readable through gs_last_error (which may contain NUL bytes).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
+#define GS_NOEXCEPT noexcept
+#else
+#define GS_NOEXCEPT
 #endif
 
 typedef void (*gs_deleter)(void*);
 
-// Implemented in Rust (runtime/src/hooks.rs).
-int gs_rust_on_alloc(uint64_t owner, void* ptr, size_t nbytes, int dev_type, int dev_index,
-                     const char* op, void* orig_ctx, gs_deleter orig_deleter);
-void* gs_rust_on_cpu_free(void* ptr, gs_deleter* orig_deleter);
-void gs_rust_on_free(void* ptr, int dev_type, int dev_index);
-void gs_rust_note_tensor(void* ptr, int dev_type, int dev_index, const int64_t* dims,
-                         size_t ndim, const char* dtype);
+// What libtorch was doing when it allocated (the `flags` of gs_rust_on_alloc).
+#define GS_MADE_GRAD_OFF 1
+#define GS_MADE_IN_BACKWARD 2
 
-// Implemented in C++ (shim.cpp).
-const char* gs_last_error(void);
-int gs_install_cpu_allocator(void);
-int gs_thread_begin(uint64_t owner, int operators, uint64_t* callback);
-int gs_thread_end(uint64_t callback);
-// Sets autograd on or off for this thread; returns whether it was on. Cannot fail.
-int gs_set_grad_enabled(int enabled);
-int gs_tensor_info(const void* tensor, void** storage, size_t* nbytes, int* dev_type,
-                   int* dev_index, int* flags);
-int gs_accelerator(int* dev_type, int* count);
-int gs_empty_cache(void);
-int gs_device_stats(int dev_index, int64_t* allocated, int64_t* reserved, int64_t* peak);
-int gs_reset_peak(int dev_index);
-int gs_synchronize(int dev_index);
+// A storage that a tensor owns (see gs_tensor_storages).
+typedef struct {
+  const void* ptr;
+  int dev_type;
+  int dev_index;
+} gs_storage;
+
+// What gs_tensor_storages says of the tensor itself.
+#define GS_TENSOR_HAS_GRAPH 2
+
+int gs_rust_on_alloc(const void* owner, void* ptr, size_t bytes, size_t requested, int dev_type,
+                     int dev_index, const char* op, int flags, void* orig_ctx,
+                     gs_deleter orig_deleter, int* tracked);
+int gs_rust_on_cpu_free(void* ptr, void** orig_ctx, gs_deleter* orig_deleter, int* found);
+int gs_rust_on_free(void* ptr, int dev_type, int dev_index);
+int gs_rust_note_tensor(void* ptr, int dev_type, int dev_index, const int64_t* dims, size_t ndim,
+                        const char* dtype);
+// The reporter holding `owner` takes a reference to it, and gives it back when it dies.
+void gs_rust_owner_retain(const void* owner);
+void gs_rust_owner_release(const void* owner);
+
+void gs_last_error(const char** message, size_t* len) GS_NOEXCEPT;
+// Wraps the CPU allocator (once per process).
+int gs_install(void) GS_NOEXCEPT;
+// The thread's first scope opens: installs its reporter (unless a profiler holds the slot:
+// then *stepped_aside = 1) and its operator callbacks (attribution when `operators`; backward
+// tagging always). `owner` identifies the thread's Rust state; the reporter keeps a reference.
+// `callbacks` receives two handles.
+int gs_thread_enter(const void* owner, int operators, uint64_t* callbacks,
+                    int* stepped_aside) GS_NOEXCEPT;
+// The thread's last scope closes: removes what gs_thread_enter installed.
+int gs_thread_leave(const uint64_t* callbacks) GS_NOEXCEPT;
+int gs_set_grad_enabled(int enabled, int* previous) GS_NOEXCEPT;
+// The storages a tensor owns, whatever its layout (dense, sparse, MKLDNN), and its gradient's;
+// at most `cap` in `out`, their number in *n.
+int gs_tensor_storages(const void* tensor, gs_storage* out, size_t cap, size_t* n,
+                       int* flags) GS_NOEXCEPT;
+int gs_accelerator(int* dev_type, int* count) GS_NOEXCEPT;
+int gs_accelerator_initialized(int* initialized) GS_NOEXCEPT;
+int gs_empty_cache(void) GS_NOEXCEPT;
+int gs_device_stats(int dev_index, int64_t* allocated, int64_t* reserved,
+                    int64_t* peak) GS_NOEXCEPT;
+// For tests: the same without the initialized check, to see libtorch's own error.
+int gs_device_stats_unchecked(int dev_index, int64_t* allocated, int64_t* reserved,
+                              int64_t* peak) GS_NOEXCEPT;
+int gs_reset_peak(int dev_index) GS_NOEXCEPT;
+// Calls visit(ctx, ptr, dev_index, kind) for each library workspace alive now.
+int gs_workspaces(void (*visit)(void* ctx, const void* ptr, int dev_index, const char* kind),
+                  void* ctx) GS_NOEXCEPT;
+int gs_clear_workspaces(void) GS_NOEXCEPT;
+// Clears autocast's cast cache on this thread if autocast is on; *cleared says whether.
+int gs_autocast_clear(int* cleared) GS_NOEXCEPT;
+// Allocates one byte on accelerator device `dev_index` (-1: the thread's current device) and
+// says whether the allocator reported it to this thread's reporter.
+int gs_probe_reports(int dev_index, int* reported) GS_NOEXCEPT;
+// "cuda", "fake-cuda", ... or "" when no device backend is linked.
+const char* gs_backend_name(void) GS_NOEXCEPT;
+// How many times gpu-scope called emptyCache.
+uint64_t gs_empty_cache_calls(void) GS_NOEXCEPT;
 
 #ifdef __cplusplus
 }

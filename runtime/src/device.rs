@@ -19,8 +19,14 @@ impl DeviceId {
         index: -1,
     };
 
-    pub(crate) fn from_raw(kind: i32, index: i32) -> Self {
-        let index = if kind == CPU { -1 } else { index.max(0) };
+    pub(crate) const fn from_raw(kind: i32, index: i32) -> Self {
+        let index = if kind == CPU {
+            -1
+        } else if index < 0 {
+            0
+        } else {
+            index
+        };
         DeviceId { kind, index }
     }
 

@@ -1,5 +1,5 @@
 //! The one error type of gpu-scope.
-use crate::report::ScopeReport;
+use crate::report::{Bytes, ScopeReport};
 use std::fmt;
 
 /// What can go wrong when entering or leaving a scope.
@@ -19,6 +19,12 @@ pub enum Error {
     OverBudget(Box<ScopeReport>),
     /// libtorch raised an error inside the shim; the message is libtorch's.
     Torch(String),
+    /// The scope was exited after an enclosing scope had already ended (scopes end innermost
+    /// first); the enclosing scope ended it, unchecked, and took over its allocations.
+    EndedByEnclosing {
+        /// The scope's name.
+        scope: std::borrow::Cow<'static, str>,
+    },
 }
 
 impl Error {
@@ -39,21 +45,33 @@ impl fmt::Display for Error {
                 "gpu-scope: device `{device}` does not exist in this process ({available}); \
                  pick an existing device or check `tch::Cuda::device_count()`"
             ),
-            Error::Escaped(r) => write!(
-                f,
-                "gpu-scope: {} allocation(s) escaped scope `{}` ({})\n{r}",
-                r.escaped.len(),
-                r.name,
-                crate::report::human_bytes(r.escaped_bytes)
-            ),
+            Error::Escaped(r) => {
+                write!(
+                    f,
+                    "gpu-scope: {} allocation(s) escaped scope `{}` ({})",
+                    r.escaped.len(),
+                    r.name,
+                    Bytes(r.escaped_bytes)
+                )?;
+                if r.over_budget() {
+                    write!(f, ", and it went over its budget")?;
+                }
+                write!(f, "\n{r}")
+            }
             Error::OverBudget(r) => write!(
                 f,
                 "gpu-scope: scope `{}` peaked at {}, over its budget of {}\n{r}",
                 r.name,
-                crate::report::human_bytes(r.peak),
-                crate::report::human_bytes(r.max_peak.unwrap_or(0))
+                Bytes(r.peak),
+                Bytes(r.max_peak.unwrap_or(0))
             ),
             Error::Torch(msg) => write!(f, "gpu-scope: libtorch error: {msg}"),
+            Error::EndedByEnclosing { scope } => write!(
+                f,
+                "gpu-scope: scope `{scope}` was exited after a scope enclosing it had ended; \
+                 the enclosing scope ended it unchecked and took over its allocations. Exit \
+                 scopes innermost first"
+            ),
         }
     }
 }

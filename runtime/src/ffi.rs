@@ -1,23 +1,51 @@
-//! Declarations of the C++ shim (`shim/shim.h`) and the one place its status codes become errors.
+//! Declarations of the C++ shim (`shim/shim.h`), the one place its status codes become errors,
+//! and safe wrappers for the calls made from more than one module.
+use crate::thread::Owner;
+use crate::Error;
 use std::ffi::{c_char, c_int, c_void, CStr};
 
 pub(crate) type Deleter = Option<unsafe extern "C" fn(*mut c_void)>;
 
+/// A storage a tensor owns, as the shim reports it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Storage {
+    pub ptr: *const c_void,
+    pub dev_type: c_int,
+    pub dev_index: c_int,
+}
+
+pub(crate) const MADE_GRAD_OFF: c_int = 1;
+pub(crate) const MADE_IN_BACKWARD: c_int = 2;
+pub(crate) const TENSOR_HAS_GRAPH: c_int = 2;
+
+pub(crate) type WorkspaceVisitor = unsafe extern "C" fn(
+    ctx: *mut c_void,
+    ptr: *const c_void,
+    dev_index: c_int,
+    kind: *const c_char,
+);
+
 extern "C" {
-    fn gs_last_error() -> *const c_char;
-    pub(crate) fn gs_install_cpu_allocator() -> c_int;
-    pub(crate) fn gs_thread_begin(owner: u64, operators: c_int, callback: *mut u64) -> c_int;
-    pub(crate) fn gs_thread_end(callback: u64) -> c_int;
-    pub(crate) fn gs_set_grad_enabled(enabled: c_int) -> c_int;
-    pub(crate) fn gs_tensor_info(
+    fn gs_last_error(message: *mut *const c_char, len: *mut usize);
+    pub(crate) fn gs_install() -> c_int;
+    fn gs_thread_enter(
+        owner: *const c_void,
+        operators: c_int,
+        callbacks: *mut u64,
+        stepped_aside: *mut c_int,
+    ) -> c_int;
+    fn gs_thread_leave(callbacks: *const u64) -> c_int;
+    pub(crate) fn gs_set_grad_enabled(enabled: c_int, previous: *mut c_int) -> c_int;
+    pub(crate) fn gs_tensor_storages(
         tensor: *const c_void,
-        storage: *mut *mut c_void,
-        nbytes: *mut usize,
-        dev_type: *mut c_int,
-        dev_index: *mut c_int,
+        out: *mut Storage,
+        cap: usize,
+        n: *mut usize,
         flags: *mut c_int,
     ) -> c_int;
     pub(crate) fn gs_accelerator(dev_type: *mut c_int, count: *mut c_int) -> c_int;
+    pub(crate) fn gs_accelerator_initialized(initialized: *mut c_int) -> c_int;
     pub(crate) fn gs_empty_cache() -> c_int;
     pub(crate) fn gs_device_stats(
         dev_index: c_int,
@@ -25,21 +53,101 @@ extern "C" {
         reserved: *mut i64,
         peak: *mut i64,
     ) -> c_int;
+    pub(crate) fn gs_device_stats_unchecked(
+        dev_index: c_int,
+        allocated: *mut i64,
+        reserved: *mut i64,
+        peak: *mut i64,
+    ) -> c_int;
     pub(crate) fn gs_reset_peak(dev_index: c_int) -> c_int;
-    pub(crate) fn gs_synchronize(dev_index: c_int) -> c_int;
+    pub(crate) fn gs_workspaces(visit: WorkspaceVisitor, ctx: *mut c_void) -> c_int;
+    pub(crate) fn gs_clear_workspaces() -> c_int;
+    pub(crate) fn gs_autocast_clear(cleared: *mut c_int) -> c_int;
+    pub(crate) fn gs_probe_reports(dev_index: c_int, reported: *mut c_int) -> c_int;
+    pub(crate) fn gs_backend_name() -> *const c_char;
+    pub(crate) fn gs_empty_cache_calls() -> u64;
 }
 
-/// Turns a shim status into a `Result`, taking the C++ exception's message on failure.
+/// Turns a shim status into a `Result`, taking the C++ exception's message on failure. The
+/// message is read with its length: libtorch messages can contain NUL bytes (a device index
+/// printed as a character), which are shown as `\0` rather than cutting the text short.
 pub(crate) fn check(status: c_int) -> Result<(), String> {
     if status == 0 {
         return Ok(());
     }
-    // SAFETY: the shim returns a pointer into a thread-local std::string that stays valid
-    // until the next failing call on this thread.
-    let msg = unsafe { CStr::from_ptr(gs_last_error()) };
-    Err(msg.to_string_lossy().into_owned())
+    let (mut ptr, mut len) = (std::ptr::null(), 0);
+    // SAFETY: out-pointers; the shim points them at a thread-local std::string that stays
+    // valid until the next failing call on this thread, and is read right away.
+    let bytes = unsafe {
+        gs_last_error(&mut ptr, &mut len);
+        if ptr.is_null() {
+            &[][..]
+        } else {
+            std::slice::from_raw_parts(ptr.cast::<u8>(), len)
+        }
+    };
+    Err(String::from_utf8_lossy(bytes).replace('\0', "\\0"))
 }
 
-extern "C" {
-    pub(crate) fn gs_backend_name() -> *const c_char;
+/// [`check`], as a libtorch error.
+pub(crate) fn torch(status: c_int) -> Result<(), Error> {
+    check(status).map_err(Error::Torch)
+}
+
+/// What `thread_enter` installed on a thread.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ThreadHooks {
+    callbacks: [u64; 2],
+    /// A libtorch profiler held the reporting slot: accelerator allocations on this thread
+    /// are not seen while it does.
+    pub stepped_aside: bool,
+}
+
+/// Installs the reporter and operator callbacks for `owner`'s thread.
+pub(crate) fn thread_enter(owner: &std::sync::Arc<Owner>) -> Result<ThreadHooks, Error> {
+    static INSTALL: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    // SAFETY: no arguments; wraps the CPU allocator once per process.
+    INSTALL
+        .get_or_init(|| check(unsafe { gs_install() }))
+        .clone()
+        .map_err(Error::Torch)?;
+    let mut hooks = ThreadHooks {
+        callbacks: [0; 2],
+        stepped_aside: false,
+    };
+    let mut aside = 0;
+    let operators = c_int::from(crate::config::operator_attribution());
+    // SAFETY: `owner` outlives the hooks (the thread's state holds it, and the reporter takes
+    // its own reference); the out-pointers are valid.
+    torch(unsafe {
+        gs_thread_enter(
+            std::sync::Arc::as_ptr(owner).cast(),
+            operators,
+            hooks.callbacks.as_mut_ptr(),
+            &mut aside,
+        )
+    })?;
+    hooks.stepped_aside = aside != 0;
+    if hooks.stepped_aside {
+        crate::config::warn_once(
+            "gpu-scope: a libtorch profiler holds this thread's memory-reporting slot; \
+             accelerator allocations made while it runs are not tracked (reports say so)",
+        );
+    }
+    Ok(hooks)
+}
+
+/// Removes what `thread_enter` installed.
+pub(crate) fn thread_leave(hooks: ThreadHooks) {
+    // SAFETY: the handles from `thread_enter`. Removing only fails if libtorch is broken, and
+    // then nothing better than leaving the hooks in place can be done.
+    let _ = check(unsafe { gs_thread_leave(hooks.callbacks.as_ptr()) });
+}
+
+/// The device backend linked into this build: "cuda", "fake-cuda", ... or "" for none.
+pub(crate) fn backend_name() -> &'static str {
+    // SAFETY: returns a pointer to a static NUL-terminated string.
+    unsafe { CStr::from_ptr(gs_backend_name()) }
+        .to_str()
+        .unwrap_or("?")
 }

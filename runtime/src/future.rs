@@ -1,73 +1,67 @@
-//! Scopes around futures: the frame is re-entered on every poll, on whichever thread polls.
-use crate::ledger::{self, FrameId};
+//! Scopes around futures: the scope is put on the polling thread for each poll, on whichever
+//! thread polls, and taken off after. Used by `#[gpu_scope] async fn`.
+use crate::lifecycle::OpenScope;
 use crate::options::ScopeOptions;
-use crate::report::ScopeReport;
-use crate::scope::{grad_guard, Open};
-use crate::tensors::{StorageSet, Tensors};
-use crate::{thread, Error};
+use crate::tensors::StorageSet;
+use crate::{policy, Error};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Instant;
 
-/// A frame that is not on any thread right now.
-#[derive(Debug)]
-struct Parked {
-    frame: FrameId,
-    opts: ScopeOptions,
-    started: Instant,
-}
-
-impl Parked {
-    fn open(opts: ScopeOptions) -> Result<Parked, Error> {
-        let open = Open::new(opts)?;
-        let parked = Parked {
-            frame: open.frame,
-            opts: open.opts.clone(),
-            started: open.started,
-        };
-        ledger::suspend(open.owner, open.frame);
-        drop(open.grad);
-        thread::detach();
-        Ok(parked)
-    }
-}
-
-impl Drop for Parked {
-    fn drop(&mut self) {
-        // Cancelled, or finished without `exit`: end without a check.
-        ledger::close(0, self.frame, &Default::default(), false, false);
-    }
-}
-
-/// Runs a future inside a scope. Its output comes with a [`Finish`] that checks the scope.
+/// Runs a future inside a scope. Its output comes with a [`Finish`] that checks the scope;
+/// dropped before that (cancelled), the scope ends without a check.
 #[must_use = "futures do nothing unless polled"]
 #[derive(Debug)]
 pub struct ScopeFuture<F> {
     inner: Pin<Box<F>>,
-    parked: Option<Parked>,
+    scope: Option<OpenScope>,
 }
 
 impl<F: Future> ScopeFuture<F> {
-    /// Wraps `inner` in a scope opened now (and checked by [`Finish::exit`]).
-    pub fn new(opts: ScopeOptions, inner: F) -> Result<Self, Error> {
-        Ok(ScopeFuture {
-            inner: Box::pin(inner),
-            parked: Some(Parked::open(opts)?),
+    /// Wraps `inner` in a scope opened now. If it cannot be opened, the escape policy decides
+    /// (panic, or a warning and an unscoped future).
+    pub fn enter(opts: ScopeOptions, inner: F) -> Self {
+        Self::open(opts, inner).unwrap_or_else(|(opts, inner, e)| {
+            let _ = policy::entry_failed(&opts, e);
+            ScopeFuture {
+                inner: Box::pin(inner),
+                scope: None,
+            }
         })
+    }
+
+    /// Like [`ScopeFuture::enter`], returning the error under `on_escape = error`.
+    pub fn try_enter(opts: ScopeOptions, inner: F) -> Result<Self, Error> {
+        Self::open(opts, inner).or_else(|(opts, inner, e)| {
+            policy::entry_failed(&opts, e)?;
+            Ok(ScopeFuture {
+                inner: Box::pin(inner),
+                scope: None,
+            })
+        })
+    }
+
+    #[allow(clippy::result_large_err)]
+    fn open(opts: ScopeOptions, inner: F) -> Result<Self, (ScopeOptions, F, Error)> {
+        match OpenScope::enter(opts.clone()) {
+            Ok(mut scope) => {
+                scope.suspend();
+                Ok(ScopeFuture {
+                    inner: Box::pin(inner),
+                    scope: Some(scope),
+                })
+            }
+            Err(e) => Err((opts, inner, e)),
+        }
     }
 }
 
-/// Takes the frame off the polling thread again, even if the poll panics.
-struct Resumed {
-    owner: u64,
-    frame: FrameId,
-}
+/// Takes the scope off the polling thread again, even if the poll panics.
+struct Polling<'a>(&'a mut OpenScope);
 
-impl Drop for Resumed {
+impl Drop for Polling<'_> {
     fn drop(&mut self) {
-        ledger::suspend(self.owner, self.frame);
-        thread::detach();
+        self.0.suspend();
     }
 }
 
@@ -76,57 +70,41 @@ impl<F: Future> Future for ScopeFuture<F> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        let parked = this
-            .parked
-            .as_ref()
-            .expect("ScopeFuture polled after completion");
-        let resumed = thread::attach().ok().map(|owner| Resumed {
-            owner,
-            frame: ledger::open(owner, Some(parked.frame)),
-        });
-        let grad = grad_guard(&parked.opts);
+        let polling = match this.scope.as_mut() {
+            Some(scope) => scope.resume().is_ok().then_some(Polling(scope)),
+            None => None,
+        };
         let poll = this.inner.as_mut().poll(cx);
-        drop(grad);
-        drop(resumed);
-        match poll {
-            Poll::Ready(value) => Poll::Ready((
+        drop(polling);
+        poll.map(|value| {
+            (
                 value,
                 Finish {
-                    parked: this.parked.take(),
+                    scope: this.scope.take(),
                 },
-            )),
-            Poll::Pending => Poll::Pending,
-        }
+            )
+        })
     }
 }
 
 /// The end of a future's scope: check it with what the future handed back.
 #[derive(Debug)]
 pub struct Finish {
-    parked: Option<Parked>,
+    scope: Option<OpenScope>,
 }
 
 impl Finish {
-    /// Checks the scope on this thread; see [`Scope::exit`](crate::Scope::exit).
-    pub fn exit<T: Tensors + ?Sized>(self, kept: &T) -> Result<ScopeReport, Error> {
-        let mut set = StorageSet::new();
-        kept.visit(&mut set);
-        self.exit_with(set)
+    /// Checks the scope on this thread and applies the escape policy (not `error`).
+    pub fn exit(self, kept: StorageSet) {
+        let _ = self.try_exit(kept);
     }
 
-    /// Like [`Finish::exit`], with the kept storages already collected.
-    pub fn exit_with(mut self, kept: StorageSet) -> Result<ScopeReport, Error> {
-        let parked = self.parked.take().expect("finished once");
-        let owner = thread::attach()?;
-        let frame = ledger::open(owner, Some(parked.frame));
-        let open = Open {
-            frame,
-            owner,
-            opts: parked.opts.clone(),
-            started: parked.started,
-            grad: None,
+    /// Checks the scope on this thread; `Err` under `on_escape = error`.
+    pub fn try_exit(mut self, kept: StorageSet) -> Result<(), Error> {
+        let Some(mut scope) = self.scope.take() else {
+            return Ok(());
         };
-        std::mem::forget(parked);
-        open.finish(kept)
+        scope.resume()?;
+        scope.finish(kept).map(drop)
     }
 }

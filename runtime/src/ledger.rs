@@ -1,77 +1,527 @@
-//! The process-wide ledger of live allocations made inside scopes, and the callbacks through
-//! which the C++ shim reports allocations and frees into it.
+//! The ledger: every live allocation made inside a scope, and the frames (open scopes) they are
+//! charged to. Plain Rust, no libtorch: `hooks.rs` feeds it from the C++ shim and
+//! `lifecycle.rs` opens and closes frames.
 //!
-//! One mutex guards everything: allocations and frees may arrive from any thread (a tensor made
-//! in a scope can be freed elsewhere), and frames are only ever touched briefly.
+//! Accounting cannot go wrong by construction: an allocation is charged to the chain of frames
+//! it was made under (the innermost open scope and the scopes enclosing it at that moment),
+//! and the entry remembers that chain. Whatever happens to the entry later (freed, handed on,
+//! escaped) is taken off exactly the frames it was charged to, so a frame's `live` bytes are
+//! always the sum of the live entries charged to it, and its peak is exact. A frame that later
+//! receives an entry it was not charged for (an async scope closing under a different
+//! enclosing scope than it was polled in) is charged then, and joins the entry's chain.
+//!
+//! Entries live in a sharded map keyed by address and device, so that threads do not contend:
+//! an allocation takes one shard's lock and the locks of its chain's frames.
 use crate::device::DeviceId;
-use crate::ffi::Deleter;
-use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use crate::report::HeldBy as Held;
+use rustc_hash::{FxHashMap, FxHashSet};
 use smallvec::SmallVec;
-use std::backtrace::Backtrace;
-use std::collections::BTreeSet;
-use std::ffi::{c_char, c_int, c_void, CStr};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{LazyLock, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
 /// An allocation's identity: its base address and device.
 pub(crate) type Key = (usize, DeviceId);
-pub(crate) type FrameId = u64;
 
+/// The frames open on a thread, innermost first: what an allocation made there is charged to.
+pub(crate) type Chain = Arc<[Arc<Frame>]>;
+
+/// A CPU block whose deleter the shim replaced: how libtorch would have freed it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CpuOrigin {
+    /// The original context pointer, as a number (it is only handed back to the shim).
+    pub ctx: usize,
+    pub deleter: crate::ffi::Deleter,
+}
+
+/// What libtorch was doing when an allocation was made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Made {
+    /// Autograd was off on the allocating thread.
+    pub grad_off: bool,
+    /// During a backward pass (autograd's engine running a node).
+    pub backward: bool,
+}
+
+/// One live allocation.
+#[derive(Debug)]
 pub(crate) struct Entry {
-    pub frame: FrameId,
+    /// The frame that owns it (judges it at close); `None` once no scope tracks it (it
+    /// escaped, or was kept for good) while the shim still needs `cpu` to free it.
+    pub frame: Option<Arc<Frame>>,
+    /// Every frame its bytes are charged to.
+    pub chain: Option<Chain>,
+    /// The frame (by id) that `keep` let it outlive.
+    pub kept_past: Option<u64>,
     pub bytes: u64,
+    /// What the tensor asked for, when the allocator said (0: unknown).
+    pub requested: u64,
+    pub made: Made,
     pub op: Option<&'static str>,
     /// Shape and dtype of the tensor made in it; inline up to 4 dims, so that tracking
     /// makes no heap allocation of its own per block.
     pub tensor: Option<(SmallVec<[i64; 4]>, &'static str)>,
-    pub backtrace: Option<Box<Backtrace>>,
+    pub backtrace: Option<Box<backtrace::Backtrace>>,
+    pub cpu: Option<CpuOrigin>,
 }
 
-#[derive(Default)]
-pub(crate) struct Frame {
-    parent: Option<FrameId>,
-    pub allocated: u64,
-    pub freed: u64,
+impl Entry {
+    /// What was asked for; where the allocator does not say, the block.
+    fn asked(&self) -> u64 {
+        if self.requested == 0 {
+            self.bytes
+        } else {
+            self.requested
+        }
+    }
+}
+
+/// Byte counters of a frame, for all devices together or for one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Counters {
     pub allocations: u64,
-    live: u64,
+    pub allocated: u64,
+    pub requested: u64,
+    pub freed: u64,
+    pub live: u64,
     pub peak: u64,
-    pub devices: BTreeSet<DeviceId>,
-    keys: HashSet<Key>,
-    marked: HashSet<Key>,
 }
 
-/// The original owner of a CPU block whose deleter the shim replaced.
-struct Wrapped {
-    ctx: usize,
-    deleter: Deleter,
-    bytes: u64,
+impl Counters {
+    fn alloc(&mut self, bytes: u64, requested: u64) {
+        self.allocations += 1;
+        self.allocated += bytes;
+        self.requested += requested;
+        self.gain(bytes);
+    }
+
+    /// Live bytes that arrive (a new block, or one handed back by an inner frame).
+    fn gain(&mut self, bytes: u64) {
+        self.live += bytes;
+        self.peak = self.peak.max(self.live);
+    }
+
+    /// Live bytes that leave. An entry subtracts what it added; saturating only so that a bug
+    /// could never panic inside a callback from C++.
+    fn lose(&mut self, bytes: u64) {
+        debug_assert!(self.live >= bytes, "frame accounting underflow");
+        self.live = self.live.saturating_sub(bytes);
+    }
 }
 
-#[derive(Default)]
-struct Ledger {
-    entries: HashMap<Key, Entry>,
-    frames: HashMap<FrameId, Frame>,
-    innermost: HashMap<u64, FrameId>,
-    cpu: HashMap<usize, Wrapped>,
-    names: HashSet<&'static str>,
-    /// Operator names by the address the shim passed them at (libtorch's names are static).
-    names_at: HashMap<usize, &'static str>,
-    next_frame: FrameId,
+/// Counters for all devices and for each device.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Stats {
+    pub total: Counters,
+    pub devices: SmallVec<[(DeviceId, Counters); 2]>,
 }
 
-static LEDGER: LazyLock<Mutex<Ledger>> = LazyLock::new(Default::default);
+impl Stats {
+    pub(crate) fn device(&mut self, device: DeviceId) -> &mut Counters {
+        let at = match self.devices.iter().position(|(d, _)| *d == device) {
+            Some(at) => at,
+            None => {
+                let at = self.devices.partition_point(|(d, _)| *d < device);
+                self.devices.insert(at, (device, Counters::default()));
+                at
+            }
+        };
+        &mut self.devices[at].1
+    }
+
+    fn both(&mut self, device: DeviceId, f: impl Fn(&mut Counters)) {
+        f(&mut self.total);
+        f(self.device(device));
+    }
+}
+
+/// An open scope's bookkeeping. Shared (`Arc`) by the scope, the entries charged to it and any
+/// thread it is carried to.
+#[derive(Debug, Default)]
+pub(crate) struct Frame {
+    id: u64,
+    state: Mutex<FrameState>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct FrameState {
+    pub open: bool,
+    pub stats: Stats,
+    /// Entries this frame owns.
+    keys: FxHashSet<Key>,
+}
+
+impl Drop for Frame {
+    fn drop(&mut self) {
+        // A frame nobody closed (its scope was forgotten on a thread that ended).
+        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        if state.open {
+            OPEN_FRAMES.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Frame {
+    /// A new open frame.
+    pub(crate) fn open() -> Arc<Frame> {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        OPEN_FRAMES.fetch_add(1, Ordering::Relaxed);
+        Arc::new(Frame {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            state: Mutex::new(FrameState {
+                open: true,
+                ..Default::default()
+            }),
+        })
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, FrameState> {
+        // Nothing panics while a frame is locked; never let poisoning cascade anyway.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn is_open(&self) -> bool {
+        self.lock().open
+    }
+
+    /// Lets the storages among `keys` that this frame owns outlive it (`keep`). The mark is
+    /// on the allocation, so it dies with it.
+    pub(crate) fn mark(&self, keys: impl IntoIterator<Item = Key>) {
+        for key in keys {
+            if let Some(entry) = shard(key).get_mut(&key) {
+                if entry.frame.as_ref().is_some_and(|f| f.id == self.id) {
+                    entry.kept_past = Some(self.id);
+                }
+            }
+        }
+    }
+}
+
+const SHARDS: usize = 64;
+
+type Shard = Mutex<FxHashMap<Key, Entry>>;
+
+static REGISTRY: LazyLock<Box<[Shard]>> =
+    LazyLock::new(|| (0..SHARDS).map(|_| Shard::default()).collect());
+/// Entries on accelerators: frees reported for other blocks return at once while it is 0.
+static ACCELERATOR_ENTRIES: AtomicUsize = AtomicUsize::new(0);
+/// Entries whose CPU deleter the shim replaced.
+static CPU_ENTRIES: AtomicUsize = AtomicUsize::new(0);
+static OPEN_FRAMES: AtomicUsize = AtomicUsize::new(0);
+/// Bytes of tracked CPU blocks alive now, and their peak (the CPU's `memory_stats`).
 static CPU_LIVE: AtomicU64 = AtomicU64::new(0);
 static CPU_PEAK: AtomicU64 = AtomicU64::new(0);
 
-fn ledger() -> MutexGuard<'static, Ledger> {
-    // A panic never happens while the lock is held, but never let poisoning cascade.
-    LEDGER.lock().unwrap_or_else(|e| e.into_inner())
+fn shard(key: Key) -> MutexGuard<'static, FxHashMap<Key, Entry>> {
+    let mixed = ((key.0 >> 6) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let shard = &REGISTRY[(mixed >> 58) as usize % SHARDS];
+    shard.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn backtraces_enabled() -> bool {
-    static ON: LazyLock<bool> =
-        LazyLock::new(|| std::env::var("GPU_SCOPE_BACKTRACE").is_ok_and(|v| v == "1"));
-    *ON
+fn counted(entry: &Entry, key: Key, delta: isize) {
+    let counter = if key.1.is_cpu() {
+        if entry.cpu.is_none() {
+            return;
+        }
+        &CPU_ENTRIES
+    } else {
+        &ACCELERATOR_ENTRIES
+    };
+    if delta > 0 {
+        counter.fetch_add(1, Ordering::Relaxed);
+    } else {
+        counter.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn insert(key: Key, entry: Entry) -> Option<Entry> {
+    counted(&entry, key, 1);
+    let old = shard(key).insert(key, entry);
+    if let Some(old) = &old {
+        counted(old, key, -1);
+    }
+    old
+}
+
+fn remove(key: Key) -> Option<Entry> {
+    let old = shard(key).remove(&key);
+    if let Some(old) = &old {
+        counted(old, key, -1);
+    }
+    old
+}
+
+/// Charges a new allocation to `chain` (owned by its innermost frame). Returns false (nothing
+/// recorded) if that frame has closed meanwhile.
+pub(crate) fn record_alloc(chain: &Chain, key: Key, mut entry: Entry) -> bool {
+    let Some(owner) = chain.first() else {
+        return false;
+    };
+    let (bytes, requested) = (entry.bytes, entry.asked());
+    {
+        let mut state = owner.lock();
+        if !state.open {
+            return false;
+        }
+        state.keys.insert(key);
+    }
+    for frame in chain.iter() {
+        let mut state = frame.lock();
+        if state.open {
+            state.stats.both(key.1, |c| c.alloc(bytes, requested));
+        }
+    }
+    entry.frame = Some(owner.clone());
+    entry.chain = Some(chain.clone());
+    if key.1.is_cpu() && entry.cpu.is_some() {
+        let live = CPU_LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        CPU_PEAK.fetch_max(live, Ordering::Relaxed);
+    }
+    // A stale entry at this address means its free was never reported (an accelerator block
+    // freed on a thread gpu-scope could not see): it is gone now.
+    if let Some(stale) = insert(key, entry) {
+        release(key, stale, true);
+    }
+    true
+}
+
+/// Takes an entry's bytes off the frames it is charged to, as freed or (escaped, untracked)
+/// as merely gone from view; `except` is a frame being closed, whose counters are final.
+fn discharge(key: Key, entry: &Entry, freed: bool, except: Option<&Arc<Frame>>) {
+    for frame in entry.chain.iter().flat_map(|c| c.iter()) {
+        if except.is_some_and(|e| Arc::ptr_eq(e, frame)) {
+            continue;
+        }
+        let mut state = frame.lock();
+        if state.open {
+            state.stats.both(key.1, |c| {
+                c.lose(entry.bytes);
+                if freed {
+                    c.freed += entry.bytes;
+                }
+            });
+        }
+    }
+}
+
+/// An entry is gone: freed, or (`freed` false) no longer tracked.
+fn release(key: Key, entry: Entry, freed: bool) {
+    if freed && entry.cpu.is_some() {
+        CPU_LIVE.fetch_sub(entry.bytes, Ordering::Relaxed);
+    }
+    if let Some(frame) = &entry.frame {
+        frame.lock().keys.remove(&key);
+    }
+    discharge(key, &entry, freed, None);
+}
+
+/// A block was freed. Returns how libtorch frees it if the shim replaced its CPU deleter.
+pub(crate) fn record_free(key: Key) -> Option<CpuOrigin> {
+    let counter = if key.1.is_cpu() {
+        &CPU_ENTRIES
+    } else {
+        &ACCELERATOR_ENTRIES
+    };
+    if counter.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
+    let entry = remove(key)?;
+    let cpu = entry.cpu;
+    release(key, entry, true);
+    cpu
+}
+
+/// Attaches what an operator returned (shape, dtype) to the entry at `key`, if it has none.
+pub(crate) fn note_tensor(key: Key, shape: &[i64], dtype: &'static str) {
+    if let Some(entry) = shard(key).get_mut(&key) {
+        if entry.tensor.is_none() {
+            entry.tensor = Some((SmallVec::from_slice(shape), dtype));
+        }
+    }
+}
+
+/// Takes the entry at `key` out of tracking and returns it. A CPU block whose deleter the shim
+/// replaced leaves a bare entry behind, which the shim needs to free it the way libtorch would.
+fn untrack_entry(map: &mut FxHashMap<Key, Entry>, key: Key) -> Option<Entry> {
+    let entry = map.remove(&key)?;
+    counted(&entry, key, -1);
+    if let Some(cpu) = entry.cpu {
+        let bare = Entry {
+            frame: None,
+            chain: None,
+            kept_past: None,
+            bytes: entry.bytes,
+            requested: entry.requested,
+            made: entry.made,
+            op: None,
+            tensor: None,
+            backtrace: None,
+            cpu: Some(cpu),
+        };
+        counted(&bare, key, 1);
+        map.insert(key, bare);
+    }
+    Some(entry)
+}
+
+/// Drops storages from every scope's tracking for good (`keep_forever`).
+pub(crate) fn untrack(keys: impl IntoIterator<Item = Key>) {
+    for key in keys {
+        let Some(entry) = untrack_entry(&mut shard(key), key) else {
+            continue;
+        };
+        release(key, entry, false);
+    }
+}
+
+/// How `close` treats an entry still alive when its frame ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fate {
+    /// Owned by what the scope hands back: moves on to the enclosing frame.
+    Kept,
+    /// Held on purpose by a library (a workspace): no scope tracks it any more.
+    Library(Held),
+    /// Held on purpose by tensors the scope cannot see (gradients, optimizer state, an
+    /// autograd graph): moves on to the enclosing frame.
+    HeldOutside(Held),
+    /// Owned by nothing the scope hands back.
+    Escaped,
+}
+
+/// What a closing frame needs to know about each live entry.
+pub(crate) trait Judge {
+    fn fate(&self, key: Key, entry: &Entry, marked: bool) -> Fate;
+}
+
+/// Judges every entry kept: an unchecked close.
+pub(crate) struct KeepAll;
+
+impl Judge for KeepAll {
+    fn fate(&self, _: Key, _: &Entry, _: bool) -> Fate {
+        Fate::Kept
+    }
+}
+
+/// What became of a frame.
+#[derive(Debug, Default)]
+pub(crate) struct Closed {
+    pub stats: Stats,
+    /// Bytes handed on as kept, for all devices and per device.
+    pub kept: Stats,
+    pub held: Vec<(Held, DeviceId, u64)>,
+    pub escaped: Vec<(Key, Entry)>,
+}
+
+/// The live entries of a frame (to look at before closing it).
+pub(crate) fn live_keys(frame: &Frame) -> Vec<Key> {
+    frame.lock().keys.iter().copied().collect()
+}
+
+/// Reads one entry.
+pub(crate) fn with_entry<R>(key: Key, f: impl FnOnce(&Entry) -> R) -> Option<R> {
+    shard(key).get(&key).map(f)
+}
+
+/// Ends `frame`: each live entry is judged; kept and outside-held ones move to the innermost
+/// frame of `enclosing` (or leave tracking when there is none), library-held ones leave
+/// tracking, escaped ones are returned. `enclosing` is the chain the frame closes inside.
+pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn Judge) -> Closed {
+    let (stats, keys) = {
+        let mut state = frame.lock();
+        if !state.open {
+            return Closed::default();
+        }
+        state.open = false;
+        OPEN_FRAMES.fetch_sub(1, Ordering::Relaxed);
+        (
+            std::mem::take(&mut state.stats),
+            std::mem::take(&mut state.keys),
+        )
+    };
+    let enclosing = enclosing.filter(|c| c.first().is_some_and(|e| e.is_open()));
+    let mut closed = Closed {
+        stats,
+        ..Default::default()
+    };
+    for key in keys {
+        let mut map = shard(key);
+        // Freed on another thread after the frame was locked: nothing to judge.
+        let Some(entry) = map.get_mut(&key) else {
+            continue;
+        };
+        let bytes = entry.bytes;
+        let fate = judge.fate(key, entry, entry.kept_past == Some(frame.id));
+        let stays = match fate {
+            Fate::Kept => {
+                closed.kept.both(key.1, |c| c.gain(bytes));
+                true
+            }
+            Fate::HeldOutside(held) => {
+                closed.held.push((held, key.1, bytes));
+                true
+            }
+            Fate::Library(held) => {
+                closed.held.push((held, key.1, bytes));
+                false
+            }
+            Fate::Escaped => false,
+        };
+        match (stays, enclosing) {
+            (true, Some(chain)) => hand_on(key, entry, chain),
+            _ => {
+                if let Some(entry) = untrack_entry(&mut map, key) {
+                    drop(map);
+                    discharge(key, &entry, false, Some(frame));
+                    if fate == Fate::Escaped {
+                        closed.escaped.push((key, entry));
+                    }
+                }
+            }
+        }
+    }
+    closed
+}
+
+/// Gives `entry` to the innermost frame of `chain`. Frames of `chain` it was not charged to
+/// (an async scope closing elsewhere than it was polled) are charged now and join its chain.
+fn hand_on(key: Key, entry: &mut Entry, chain: &Chain) {
+    let owner = &chain[0];
+    owner.lock().keys.insert(key);
+    entry.frame = Some(owner.clone());
+    let charged = entry.chain.clone().unwrap_or_else(|| Arc::from(vec![]));
+    let new: Vec<&Arc<Frame>> = chain
+        .iter()
+        .filter(|f| !charged.iter().any(|c| Arc::ptr_eq(c, f)))
+        .collect();
+    if new.is_empty() {
+        return;
+    }
+    for frame in &new {
+        let mut state = frame.lock();
+        if state.open {
+            state
+                .stats
+                .both(key.1, |c| c.alloc(entry.bytes, entry.asked()));
+        }
+    }
+    let merged: Vec<Arc<Frame>> = charged
+        .iter()
+        .cloned()
+        .chain(new.into_iter().cloned())
+        .collect();
+    entry.chain = Some(Arc::from(merged));
+}
+
+/// Tracked entries, open frames, CPU blocks with a replaced deleter.
+pub(crate) fn counts() -> (usize, usize, usize) {
+    let entries = REGISTRY
+        .iter()
+        .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).len())
+        .sum();
+    (
+        entries,
+        OPEN_FRAMES.load(Ordering::Relaxed),
+        CPU_ENTRIES.load(Ordering::Relaxed),
+    )
 }
 
 /// Bytes of CPU blocks made inside scopes that are still alive, and their peak.
@@ -86,321 +536,5 @@ pub(crate) fn reset_cpu_peak() {
     CPU_PEAK.store(CPU_LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
 }
 
-impl Ledger {
-    /// Applies `f` to `start` and each of its enclosing frames.
-    fn walk(&mut self, start: Option<FrameId>, mut f: impl FnMut(&mut Frame)) {
-        let mut at = start;
-        while let Some(frame) = at.and_then(|id| self.frames.get_mut(&id)) {
-            f(frame);
-            at = frame.parent;
-        }
-    }
-
-    /// Removes an entry; `freed` says whether the memory went away or only left tracking.
-    fn remove(&mut self, key: Key, freed: bool) {
-        let Some(entry) = self.entries.remove(&key) else {
-            return;
-        };
-        if let Some(frame) = self.frames.get_mut(&entry.frame) {
-            frame.keys.remove(&key);
-        }
-        self.walk(Some(entry.frame), |f| {
-            f.live -= entry.bytes;
-            if freed {
-                f.freed += entry.bytes;
-            }
-        });
-    }
-
-    fn intern(&mut self, name: *const c_char) -> Option<&'static str> {
-        if name.is_null() {
-            return None;
-        }
-        // SAFETY: the shim passes the running operator's NUL-terminated name.
-        let bytes = unsafe { CStr::from_ptr(name) }.to_bytes();
-        if let Some(&known) = self.names_at.get(&(name as usize)) {
-            if known.as_bytes() == bytes {
-                return Some(known);
-            }
-        }
-        let text = String::from_utf8_lossy(bytes);
-        let known = match self.names.get(text.as_ref()) {
-            Some(&known) => known,
-            None => {
-                let leaked: &'static str = Box::leak(text.into_owned().into_boxed_str());
-                self.names.insert(leaked);
-                leaked
-            }
-        };
-        self.names_at.insert(name as usize, known);
-        Some(known)
-    }
-}
-
-/// Called by the shim for every allocation on a thread (or intra-op worker) inside a scope.
-/// Returns 1 when a CPU block is now tracked and its deleter must be replaced.
-#[no_mangle]
-extern "C" fn gs_rust_on_alloc(
-    owner: u64,
-    ptr: *mut c_void,
-    nbytes: usize,
-    dev_type: c_int,
-    dev_index: c_int,
-    op: *const c_char,
-    orig_ctx: *mut c_void,
-    orig_deleter: Deleter,
-) -> c_int {
-    let device = DeviceId::from_raw(dev_type, dev_index);
-    let key = (ptr as usize, device);
-    let bytes = nbytes as u64;
-    let backtrace = backtraces_enabled().then(|| Box::new(Backtrace::force_capture()));
-    let mut l = ledger();
-    let Some(&frame) = l.innermost.get(&owner) else {
-        return 0;
-    };
-    // A stale entry at this address means its free was never reported (a thread outside
-    // any scope freed an accelerator block): it is gone now.
-    l.remove(key, true);
-    let op = l.intern(op);
-    l.entries.insert(
-        key,
-        Entry {
-            frame,
-            bytes,
-            op,
-            tensor: None,
-            backtrace,
-        },
-    );
-    l.walk(Some(frame), |f| {
-        f.allocated += bytes;
-        f.allocations += 1;
-        f.live += bytes;
-        f.peak = f.peak.max(f.live);
-        f.devices.insert(device);
-        // A `keep` mark at this address was for a block that is gone.
-        f.marked.remove(&key);
-    });
-    if let Some(f) = l.frames.get_mut(&frame) {
-        f.keys.insert(key);
-    }
-    if !device.is_cpu() {
-        return 0;
-    }
-    l.cpu.insert(
-        key.0,
-        Wrapped {
-            ctx: orig_ctx as usize,
-            deleter: orig_deleter,
-            bytes,
-        },
-    );
-    let live = CPU_LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
-    CPU_PEAK.fetch_max(live, Ordering::Relaxed);
-    1
-}
-
-/// Called when a tracked CPU block dies, on whichever thread drops it. Hands back the original
-/// deleter and context so that the shim frees the block the way libtorch would have.
-#[no_mangle]
-extern "C" fn gs_rust_on_cpu_free(ptr: *mut c_void, deleter: *mut Deleter) -> *mut c_void {
-    let mut l = ledger();
-    let Some(w) = l.cpu.remove(&(ptr as usize)) else {
-        return std::ptr::null_mut();
-    };
-    CPU_LIVE.fetch_sub(w.bytes, Ordering::Relaxed);
-    l.remove((ptr as usize, DeviceId::CPU), true);
-    // SAFETY: the shim passes a valid out-pointer.
-    unsafe { *deleter = w.deleter };
-    w.ctx as *mut c_void
-}
-
-/// Called when the accelerator's caching allocator frees a block on a thread inside a scope.
-#[no_mangle]
-extern "C" fn gs_rust_on_free(ptr: *mut c_void, dev_type: c_int, dev_index: c_int) {
-    let key = (ptr as usize, DeviceId::from_raw(dev_type, dev_index));
-    ledger().remove(key, true);
-}
-
-/// Called after an operator that allocated: remembers the shape and dtype of its outputs.
-#[no_mangle]
-extern "C" fn gs_rust_note_tensor(
-    ptr: *mut c_void,
-    dev_type: c_int,
-    dev_index: c_int,
-    dims: *const i64,
-    ndim: usize,
-    dtype: *const c_char,
-) {
-    let key = (ptr as usize, DeviceId::from_raw(dev_type, dev_index));
-    let mut l = ledger();
-    let Some(entry) = l.entries.get(&key) else {
-        return;
-    };
-    if entry.tensor.is_some() {
-        return;
-    }
-    // SAFETY: the shim passes `ndim` sizes and a NUL-terminated dtype name.
-    let shape = SmallVec::from_slice(unsafe { std::slice::from_raw_parts(dims, ndim) });
-    let dtype = l.intern(dtype).unwrap_or("?");
-    if let Some(entry) = l.entries.get_mut(&key) {
-        entry.tensor = Some((shape, dtype));
-    }
-}
-
-/// Opens a frame as the innermost on `owner`'s thread (or re-opens a suspended one).
-pub(crate) fn open(owner: u64, resume: Option<FrameId>) -> FrameId {
-    let mut l = ledger();
-    let parent = l.innermost.get(&owner).copied();
-    let id = resume.unwrap_or_else(|| {
-        l.next_frame += 1;
-        l.next_frame
-    });
-    l.frames.entry(id).or_default().parent = parent;
-    l.innermost.insert(owner, id);
-    id
-}
-
-/// Takes a frame off `owner`'s thread without ending it (an async scope between polls).
-pub(crate) fn suspend(owner: u64, id: FrameId) {
-    let mut l = ledger();
-    let parent = l.frames.get_mut(&id).and_then(|f| f.parent.take());
-    match parent {
-        Some(p) => l.innermost.insert(owner, p),
-        None => l.innermost.remove(&owner),
-    };
-}
-
-pub(crate) fn mark_kept(id: FrameId, keys: impl IntoIterator<Item = Key>) {
-    if let Some(f) = ledger().frames.get_mut(&id) {
-        f.marked.extend(keys);
-    }
-}
-
-/// Marks storages as kept by the innermost frame open on `owner`'s thread.
-pub(crate) fn mark_kept_innermost(owner: u64, keys: impl IntoIterator<Item = Key>) {
-    let mut l = ledger();
-    if let Some(id) = l.innermost.get(&owner).copied() {
-        if let Some(f) = l.frames.get_mut(&id) {
-            f.marked.extend(keys);
-        }
-    }
-}
-
-pub(crate) fn devices(id: FrameId) -> BTreeSet<DeviceId> {
-    ledger()
-        .frames
-        .get(&id)
-        .map(|f| f.devices.clone())
-        .unwrap_or_default()
-}
-
-/// What became of a frame's live allocations when it closed.
-pub(crate) struct Closed {
-    pub frame: Frame,
-    pub kept: u64,
-    pub graph_held: u64,
-    pub escaped: Vec<(Key, Entry)>,
-}
-
-/// Ends a frame. Live allocations in `kept` (or marked with `keep`) move to the enclosing
-/// frame; with `check`, the others are escapes (or, when `graph` says a kept tensor has an
-/// autograd graph we cannot see into, held by that graph); without it, all move on unchecked.
-pub(crate) fn close(
-    owner: u64,
-    id: FrameId,
-    kept: &HashSet<Key>,
-    graph: bool,
-    check: bool,
-) -> Closed {
-    let mut l = ledger();
-    let mut frame = l.frames.remove(&id).unwrap_or_default();
-    let parent = frame.parent;
-    if l.innermost.get(&owner) == Some(&id) {
-        match parent {
-            Some(p) => l.innermost.insert(owner, p),
-            None => l.innermost.remove(&owner),
-        };
-    }
-    let mut closed = Closed {
-        frame: Frame::default(),
-        kept: 0,
-        graph_held: 0,
-        escaped: vec![],
-    };
-    let parent = parent.filter(|p| l.frames.contains_key(p));
-    for key in std::mem::take(&mut frame.keys) {
-        let Some(bytes) = l.entries.get(&key).map(|e| e.bytes) else {
-            continue;
-        };
-        let keep = !check || kept.contains(&key) || frame.marked.contains(&key);
-        if keep {
-            closed.kept += bytes;
-        } else if graph {
-            closed.graph_held += bytes;
-        }
-        if let (true, Some(p)) = (keep || graph, parent) {
-            l.entries.get_mut(&key).expect("entry present").frame = p;
-            l.frames
-                .get_mut(&p)
-                .expect("parent present")
-                .keys
-                .insert(key);
-            continue;
-        }
-        let entry = l.entries.remove(&key).expect("entry present");
-        l.walk(parent, |f| f.live -= entry.bytes);
-        if !keep && !graph {
-            closed.escaped.push((key, entry));
-        }
-    }
-    closed.frame = frame;
-    closed
-}
-
-/// Tracked entries, open frames, threads with an open frame, wrapped CPU blocks.
-pub(crate) fn counts() -> (usize, usize, usize, usize) {
-    let l = ledger();
-    (
-        l.entries.len(),
-        l.frames.len(),
-        l.innermost.len(),
-        l.cpu.len(),
-    )
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Regression (found by tests/model_check.rs): a `keep` mark outlived the block it was for,
-    /// so a new block at the same address counted as kept instead of escaped. The allocator
-    /// does not reuse addresses on demand, so this drives the ledger with a made-up device block.
-    #[test]
-    fn a_keep_mark_dies_with_its_block() {
-        let owner = u64::MAX;
-        let (address, cuda) = (0x7000_0000_usize, 1);
-        let key = (address, DeviceId::from_raw(cuda, 0));
-        let alloc = || {
-            let null = std::ptr::null_mut();
-            gs_rust_on_alloc(
-                owner,
-                address as *mut c_void,
-                64,
-                cuda,
-                0,
-                std::ptr::null(),
-                null,
-                None,
-            )
-        };
-        let frame = open(owner, None);
-        alloc();
-        mark_kept(frame, [key]);
-        gs_rust_on_free(address as *mut c_void, cuda, 0);
-        alloc();
-        let closed = close(owner, frame, &HashSet::default(), false, true);
-        assert_eq!(closed.escaped.len(), 1, "the second block was never kept");
-        assert_eq!(closed.kept, 0);
-    }
-}
+mod tests;

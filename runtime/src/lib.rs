@@ -1,28 +1,43 @@
 //! The scope engine behind `gpu-scope`: allocation ledger, escape check, cache release and
 //! reports. Use it through the `gpu-scope` crate, which re-exports everything public here.
+//!
+//! Reading order: `lifecycle.rs` (a scope from entry to report), `ledger.rs` (the
+//! bookkeeping), `hooks.rs` (how libtorch reports into it), `check.rs` (the verdict).
+mod carry;
+mod check;
+mod config;
 mod device;
 mod error;
 mod ffi;
 mod future;
+mod hooks;
 mod ledger;
+mod lifecycle;
 mod memory;
 mod options;
-#[doc(hidden)]
-pub mod __private {
-    pub use crate::private::*;
-}
-mod private;
+mod policy;
+mod release;
 mod report;
 mod scope;
 mod tensors;
 mod thread;
+mod trace;
 
+#[doc(hidden)]
+pub mod __introspect;
+#[doc(hidden)]
+pub mod __private;
+
+pub use carry::{current, Carried, ScopeHandle};
+pub use config::{
+    operator_attribution, set_operator_attribution, BACKTRACE_ENV, ESCAPE_POLICY_ENV, OPERATORS_ENV,
+};
 pub use device::DeviceId;
 pub use error::Error;
-pub use future::{Finish, ScopeFuture};
-pub use memory::{empty_cache, memory_stats, reset_peak, MemoryStats};
-pub use options::{EscapePolicy, ReleasePolicy, ScopeOptions, ESCAPE_POLICY_ENV};
-pub use report::{human_bytes, Escape, ScopeReport};
-pub use scope::{keep, last_report, scope, Scope};
+pub use memory::{
+    clear_workspaces, device_info, empty_cache, memory_stats, reset_peak, DeviceInfo, MemoryStats,
+};
+pub use options::{EscapePolicy, ReleasePolicy, ScopeOptions};
+pub use report::{last_report, Bytes, DeviceReport, Escape, Held, HeldBy, ScopeReport, Untracked};
+pub use scope::{keep, keep_forever, scope, Scope};
 pub use tensors::{StorageSet, Tensors};
-pub use thread::{operator_attribution, set_operator_attribution, OPERATORS_ENV};

@@ -1,15 +1,18 @@
-//! Bindings that tch lacks: the caching allocator's statistics and `emptyCache`.
+//! Bindings that tch lacks: the caching allocator's statistics, `emptyCache`, the library
+//! workspaces, and what this process's libtorch has.
 use crate::device::DeviceId;
 use crate::error::Error;
 use crate::{ffi, ledger};
 use serde::Serialize;
+use std::ffi::c_int;
+use std::sync::OnceLock;
 
 /// Memory of one device, in bytes.
 ///
-/// On an accelerator these are the caching allocator's own counters. The CPU has no caching
-/// allocator and libtorch counts nothing there, so for [`tch::Device::Cpu`] gpu-scope reports
-/// what it can see exactly: the CPU blocks allocated inside scopes that are still alive
-/// (`allocated == reserved`), and their peak.
+/// On an accelerator these are the caching allocator's own counters (blocks), zeros before
+/// the device's first allocation. The CPU has no caching allocator and libtorch counts nothing
+/// there, so for [`tch::Device::Cpu`] gpu-scope reports what it can see exactly: the CPU blocks
+/// allocated inside scopes that are still alive (`allocated == reserved`), and their peak.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct MemoryStats {
     /// Bytes in live allocations.
@@ -20,64 +23,83 @@ pub struct MemoryStats {
     pub peak: u64,
 }
 
-/// The process's accelerator: its libtorch device type number and how many there are.
-/// Asked once: libtorch does not let the set of devices change while a process runs.
+/// What this process's libtorch offers for devices.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DeviceInfo {
+    /// The device backend gpu-scope was built with: `"cuda"`, `"fake-cuda"` (gpu-scope's own
+    /// tests), `"cuda (built without CUDA headers)"`, or `""` for a CPU-only libtorch.
+    pub backend: &'static str,
+    /// Whether `libtorch_cuda` is loaded in this process.
+    pub libtorch_cuda_loaded: bool,
+    /// The accelerator libtorch found (`cuda:0` names the kind), if any device exists.
+    pub accelerator: Option<DeviceId>,
+    /// How many devices of that kind.
+    pub devices: usize,
+}
+
+/// Describes the process: which backend, whether CUDA's library is loaded, how many devices.
+pub fn device_info() -> DeviceInfo {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    DeviceInfo {
+        backend: ffi::backend_name(),
+        libtorch_cuda_loaded: maps.contains("/libtorch_cuda.so"),
+        accelerator: accelerator().map(|(kind, _)| DeviceId::from_raw(kind, 0)),
+        devices: accelerator().map_or(0, |(_, n)| n as usize),
+    }
+}
+
+/// The process's accelerator: its libtorch device type number and how many there are (only
+/// when there is at least one). Asked once: libtorch does not let the set of devices change.
 pub(crate) fn accelerator() -> Option<(i32, i32)> {
-    // SAFETY: returns a static string.
-    let _ = unsafe { ffi::gs_backend_name() };
-    static ACCELERATOR: std::sync::OnceLock<Option<(i32, i32)>> = std::sync::OnceLock::new();
+    static ACCELERATOR: OnceLock<Option<(i32, i32)>> = OnceLock::new();
     *ACCELERATOR.get_or_init(|| {
         let (mut kind, mut count) = (-1, 0);
         // SAFETY: plain out-pointers.
         let status = unsafe { ffi::gs_accelerator(&mut kind, &mut count) };
-        (ffi::check(status).is_ok() && kind >= 0).then_some((kind, count))
+        (ffi::check(status).is_ok() && kind >= 0 && count > 0).then_some((kind, count))
     })
+}
+
+/// Whether the accelerator's allocator has been initialized (its first allocation happened).
+pub(crate) fn accelerator_initialized() -> bool {
+    let mut initialized: c_int = 0;
+    // SAFETY: a plain out-pointer.
+    accelerator().is_some()
+        && ffi::check(unsafe { ffi::gs_accelerator_initialized(&mut initialized) }).is_ok()
+        && initialized != 0
 }
 
 /// Checks that `device` exists; returns its accelerator index (`None` for the CPU).
 pub(crate) fn check_device(device: tch::Device) -> Result<Option<i32>, Error> {
-    let wanted = DeviceId::from(device);
-    if wanted.is_cpu() {
-        return Ok(None);
-    }
-    match accelerator() {
-        Some((kind, count)) if DeviceId::from_raw(kind, wanted.index()) == wanted => {
-            if wanted.index() < count {
-                return Ok(Some(wanted.index()));
-            }
-            Err(Error::NoSuchDevice {
-                device: wanted.to_string(),
-                available: format!("{count} device(s) of that kind"),
-            })
-        }
-        Some((kind, count)) => Err(Error::NoSuchDevice {
-            device: wanted.to_string(),
-            available: format!("{count} × {}", DeviceId::from_raw(kind, 0)),
-        }),
-        None => Err(Error::NoSuchDevice {
-            device: wanted.to_string(),
-            available: "no accelerator, only the CPU".to_owned(),
-        }),
-    }
-}
-
-fn torch(status: i32) -> Result<(), Error> {
-    ffi::check(status).map_err(Error::Torch)
-}
-
-/// Statistics of one device; see [`MemoryStats`] for what the CPU reports.
-pub fn memory_stats(device: tch::Device) -> Result<MemoryStats, Error> {
-    let Some(index) = check_device(device)? else {
-        let (live, peak) = ledger::cpu_scoped_bytes();
-        return Ok(MemoryStats {
-            allocated: live,
-            reserved: live,
-            peak,
-        });
+    let (name, kind, index) = match device {
+        tch::Device::Cpu => return Ok(None),
+        tch::Device::Cuda(i) => (format!("cuda:{i}"), 1, i),
+        tch::Device::Mps => ("mps".to_owned(), 13, 0),
+        tch::Device::Vulkan => ("vulkan".to_owned(), 10, 0),
     };
+    let missing = |available: String| Error::NoSuchDevice {
+        device: name.clone(),
+        available,
+    };
+    match accelerator() {
+        Some((k, count)) if k == kind => {
+            // libtorch numbers devices with an i8.
+            if index < count as usize {
+                Ok(Some(index as i32))
+            } else {
+                Err(missing(format!("{count} device(s) of that kind")))
+            }
+        }
+        Some((k, count)) => Err(missing(format!("{count} × {}", DeviceId::from_raw(k, 0)))),
+        None => Err(missing("no accelerator, only the CPU".to_owned())),
+    }
+}
+
+/// The caching allocator's counters of accelerator device `index` (zeros before first use).
+pub(crate) fn device_stats(index: i32) -> Result<MemoryStats, Error> {
     let (mut allocated, mut reserved, mut peak) = (0, 0, 0);
     // SAFETY: plain out-pointers.
-    torch(unsafe { ffi::gs_device_stats(index, &mut allocated, &mut reserved, &mut peak) })?;
+    ffi::torch(unsafe { ffi::gs_device_stats(index, &mut allocated, &mut reserved, &mut peak) })?;
     Ok(MemoryStats {
         allocated: allocated.max(0) as u64,
         reserved: reserved.max(0) as u64,
@@ -85,12 +107,29 @@ pub fn memory_stats(device: tch::Device) -> Result<MemoryStats, Error> {
     })
 }
 
+/// Statistics of one device; see [`MemoryStats`] for what the CPU reports. Zeros for an
+/// accelerator device that has not allocated yet.
+pub fn memory_stats(device: tch::Device) -> Result<MemoryStats, Error> {
+    match check_device(device)? {
+        Some(index) => device_stats(index),
+        None => {
+            let (live, peak) = ledger::cpu_scoped_bytes();
+            Ok(MemoryStats {
+                allocated: live,
+                reserved: live,
+                peak,
+            })
+        }
+    }
+}
+
 /// Gives the caching allocator's unused blocks back to the device (`emptyCache`).
-/// A no-op on the CPU.
+/// libtorch 2.11 empties the caches of every device of the accelerator at once: `device` is
+/// checked to exist and says which kind. A no-op on the CPU, and before the first allocation.
 pub fn empty_cache(device: tch::Device) -> Result<(), Error> {
     match check_device(device)? {
         // SAFETY: no arguments.
-        Some(_) => torch(unsafe { ffi::gs_empty_cache() }),
+        Some(_) => ffi::torch(unsafe { ffi::gs_empty_cache() }),
         None => Ok(()),
     }
 }
@@ -99,7 +138,7 @@ pub fn empty_cache(device: tch::Device) -> Result<(), Error> {
 pub fn reset_peak(device: tch::Device) -> Result<(), Error> {
     match check_device(device)? {
         // SAFETY: a checked device index.
-        Some(index) => torch(unsafe { ffi::gs_reset_peak(index) }),
+        Some(index) => ffi::torch(unsafe { ffi::gs_reset_peak(index) }),
         None => {
             ledger::reset_cpu_peak();
             Ok(())
@@ -107,8 +146,28 @@ pub fn reset_peak(device: tch::Device) -> Result<(), Error> {
     }
 }
 
-/// Waits for the work queued on an accelerator device.
-pub(crate) fn synchronize(index: i32) -> Result<(), Error> {
-    // SAFETY: an index of a device that allocated.
-    torch(unsafe { ffi::gs_synchronize(index) })
+/// Frees the workspaces that cuBLAS and cuBLASLt keep per thread and stream
+/// (`at::cuda::clearCublasWorkspaces`), as PyTorch's own leak check does before comparing
+/// memory. The next matrix product allocates them again. A no-op without CUDA.
+pub fn clear_workspaces() -> Result<(), Error> {
+    // SAFETY: no arguments.
+    ffi::torch(unsafe { ffi::gs_clear_workspaces() })
+}
+
+/// Whether the accelerator's allocator reports its allocations (the native caching allocator
+/// does; `cudaMallocAsync` and `PYTORCH_NO_CUDA_MEMORY_CACHING=1` do not). Found out once per
+/// process by a one-byte probe on this thread's current device, which must be inside a scope
+/// whose reporter is installed; `None` until the allocator is initialized.
+pub(crate) fn allocator_reports(index: i32) -> Option<bool> {
+    static REPORTS: OnceLock<bool> = OnceLock::new();
+    if let Some(&known) = REPORTS.get() {
+        return Some(known);
+    }
+    if !accelerator_initialized() {
+        return None;
+    }
+    let mut reported: c_int = 0;
+    // SAFETY: a device index that exists; a plain out-pointer.
+    ffi::check(unsafe { ffi::gs_probe_reports(index, &mut reported) }).ok()?;
+    Some(*REPORTS.get_or_init(|| reported != 0))
 }

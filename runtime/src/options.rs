@@ -9,7 +9,9 @@ use std::panic::Location;
 pub enum EscapePolicy {
     /// Panic with the report (default with debug assertions).
     Panic,
-    /// Emit a `tracing` WARN event with the report (default without debug assertions).
+    /// Emit a `tracing` WARN event with the report, or, when the program has no `tracing`
+    /// subscriber, write it on stderr: in full the first time a scope's location leaks, then a
+    /// one-line count at its 2nd, 4th, 8th, ... leak (default without debug assertions).
     Warn,
     /// Return [`Error::Escaped`](crate::Error::Escaped) or [`Error::OverBudget`](crate::Error::OverBudget).
     Error,
@@ -17,36 +19,15 @@ pub enum EscapePolicy {
     Ignore,
 }
 
-/// The environment variable that overrides the default escape policy at deploy time.
-pub const ESCAPE_POLICY_ENV: &str = "GPU_SCOPE_ON_ESCAPE";
-
 impl EscapePolicy {
-    /// The default: `GPU_SCOPE_ON_ESCAPE` (`panic`, `warn` or `ignore`) if set, else `panic`
-    /// with debug assertions and `warn` without. The variable is read once per process.
+    /// The default when a scope names none: [`ESCAPE_POLICY_ENV`](crate::ESCAPE_POLICY_ENV) if
+    /// set (read once per process), else `panic` with debug assertions and `warn` without.
     pub fn default_policy() -> Self {
-        static POLICY: std::sync::LazyLock<EscapePolicy> =
-            std::sync::LazyLock::new(EscapePolicy::from_env);
-        *POLICY
-    }
-
-    fn from_env() -> Self {
-        let build = if cfg!(debug_assertions) {
+        crate::config::escape_policy().unwrap_or(if cfg!(debug_assertions) {
             Self::Panic
         } else {
             Self::Warn
-        };
-        match std::env::var(ESCAPE_POLICY_ENV).as_deref() {
-            Ok("panic") => Self::Panic,
-            Ok("warn") => Self::Warn,
-            Ok("ignore") => Self::Ignore,
-            Err(_) => build,
-            Ok(other) => {
-                tracing::warn!(
-                    "{ESCAPE_POLICY_ENV}={other:?} is not one of panic, warn, ignore; using {build:?}"
-                );
-                build
-            }
-        }
+        })
     }
 }
 
@@ -54,7 +35,9 @@ impl EscapePolicy {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ReleasePolicy {
-    /// Only when the outermost scope of the thread ends (default).
+    /// When the outermost scope of the thread ends, if it allocated on an accelerator and the
+    /// cache holds blocks nothing uses (default). A scope that allocated nothing on a device
+    /// costs nothing here.
     Outermost,
     /// Whenever this scope ends. `emptyCache` is slow: avoid on hot inner scopes.
     Always,
@@ -74,6 +57,7 @@ pub struct ScopeOptions {
     pub(crate) max_peak: Option<u64>,
     pub(crate) keep_grad_mode: bool,
     pub(crate) device: Option<tch::Device>,
+    pub(crate) can_unwind: bool,
 }
 
 impl ScopeOptions {
@@ -88,6 +72,7 @@ impl ScopeOptions {
             max_peak: None,
             keep_grad_mode: false,
             device: None,
+            can_unwind: true,
         }
     }
 
@@ -125,5 +110,22 @@ impl ScopeOptions {
     pub fn device(mut self, device: tch::Device) -> Self {
         self.device = Some(device);
         self
+    }
+
+    /// For code that must not unwind (an `extern "C"` function): where the policy says
+    /// `panic`, gpu-scope warns instead.
+    #[doc(hidden)]
+    pub fn cannot_unwind(mut self) -> Self {
+        self.can_unwind = false;
+        self
+    }
+
+    /// The escape policy this scope applies: its own, else the default; never `panic` for
+    /// code that cannot unwind.
+    pub(crate) fn policy(&self) -> EscapePolicy {
+        match self.on_escape.unwrap_or_else(EscapePolicy::default_policy) {
+            EscapePolicy::Panic if !self.can_unwind => EscapePolicy::Warn,
+            policy => policy,
+        }
     }
 }

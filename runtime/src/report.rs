@@ -1,16 +1,46 @@
-//! The report every scope exit produces: a table for people, JSON for machines.
+//! The report every scope exit produces: a table for people, JSON for machines, and the
+//! thread's last one.
+//!
+//! Byte counts are the allocator's blocks: on the CPU what was asked for, on CUDA the caching
+//! allocator's rounded block (at least 512 B, a multiple of 512 B, sometimes a whole larger
+//! block). `requested` fields are what the tensors asked for, where the allocator said.
 use crate::device::DeviceId;
 use serde::Serialize;
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::fmt;
 use std::panic::Location;
 use std::time::Duration;
+
+/// A byte count that prints with a binary unit: `Bytes(1536)` prints `1.50 KiB`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Bytes(pub u64);
+
+impl fmt::Display for Bytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+        let mut value = self.0 as f64;
+        let mut unit = 0;
+        while value >= 1024.0 && unit + 1 < UNITS.len() {
+            value /= 1024.0;
+            unit += 1;
+        }
+        let text = if unit == 0 {
+            format!("{} B", self.0)
+        } else {
+            format!("{value:.2} {}", UNITS[unit])
+        };
+        f.pad(&text)
+    }
+}
 
 /// One allocation that outlived its scope without being kept.
 #[derive(Clone, Debug, Serialize)]
 pub struct Escape {
     /// Size of the block, as the allocator handed it out.
     pub bytes: u64,
+    /// What the tensor asked for, where the allocator said (on the CPU, `bytes`).
+    pub requested: Option<u64>,
     /// Where it lives.
     pub device: DeviceId,
     /// Its address (useful to match against allocator snapshots).
@@ -21,11 +51,97 @@ pub struct Escape {
     pub shape: Option<Vec<i64>>,
     /// Element type of that tensor.
     pub dtype: Option<&'static str>,
-    /// Rust backtrace of the allocation, with `GPU_SCOPE_BACKTRACE=1`.
+    /// Where it was allocated, user code first, with `GPU_SCOPE_BACKTRACE=on`.
     pub backtrace: Option<String>,
 }
 
+/// Why memory that outlived a scope is not an escape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HeldBy {
+    /// A library keeps it on purpose for the thread and stream (`"cuBLAS workspace"`,
+    /// `"cuBLASLt workspace"`); libtorch frees it only when asked to
+    /// (`at::cuda::clearCublasWorkspaces`, see [`clear_workspaces`](crate::clear_workspaces)).
+    Workspace(&'static str),
+    /// autocast's cache of lower-precision weight copies; the scope cleared the cache on exit.
+    AutocastCache,
+    /// Gradients that autograd's backward pass stored in tensors from outside the scope.
+    Gradient,
+    /// State that an optimizer made lazily for parameters from outside the scope (made with
+    /// autograd off, the size of a gradient made in the scope).
+    OptimizerState,
+    /// Not visible: a kept tensor has an autograd graph whose saved tensors cannot be listed.
+    AutogradGraph,
+    /// Not judged: a kept value could not be inspected (a lock held elsewhere).
+    Uninspected,
+}
+
+impl fmt::Display for HeldBy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = match self {
+            HeldBy::Workspace(kind) => kind,
+            HeldBy::AutocastCache => "autocast cache",
+            HeldBy::Gradient => "gradients",
+            HeldBy::OptimizerState => "optimizer state",
+            HeldBy::AutogradGraph => "autograd graph",
+            HeldBy::Uninspected => "not inspected",
+        };
+        f.pad(text)
+    }
+}
+
+/// Memory that outlived the scope on purpose, grouped by what holds it and by device.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Held {
+    /// What holds it.
+    pub by: HeldBy,
+    /// Where.
+    pub device: DeviceId,
+    /// Total bytes.
+    pub bytes: u64,
+    /// Number of allocations.
+    pub count: u64,
+}
+
+/// A device on which a scope could not see allocations.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Untracked {
+    /// The device, or `None` for every accelerator device.
+    pub device: Option<DeviceId>,
+    /// Why.
+    pub reason: &'static str,
+}
+
+/// One device's part of a [`ScopeReport`]. Byte counts are blocks (see [`ScopeReport`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DeviceReport {
+    /// The device.
+    pub device: Option<DeviceId>,
+    /// Allocations made on it inside the scope, nested scopes included.
+    pub allocations: u64,
+    /// Bytes allocated.
+    pub allocated: u64,
+    /// Bytes the tensors asked for.
+    pub requested: u64,
+    /// Bytes freed before the check.
+    pub freed: u64,
+    /// Highest live bytes.
+    pub peak: u64,
+    /// Bytes alive and owned by what the scope handed back.
+    pub kept: u64,
+    /// Bytes alive and owned by nothing kept.
+    pub escaped: u64,
+    /// Bytes alive and held on purpose (see [`ScopeReport::held`]).
+    pub held: u64,
+    /// Bytes the caching allocator gave back to this device on exit.
+    pub cache_released: u64,
+}
+
 /// What one scope did, produced on every exit.
+///
+/// Byte counts are the allocator's blocks: on the CPU exactly what was asked for; on CUDA the
+/// caching allocator's block, rounded up to a multiple of 512 bytes (sometimes a larger block).
+/// The `requested` fields say what the tensors asked for.
 #[derive(Clone, Debug, Serialize)]
 pub struct ScopeReport {
     /// The scope's name (the function path for the attribute).
@@ -33,28 +149,35 @@ pub struct ScopeReport {
     /// Where the scope is in the source; serialised as `file:line`.
     #[serde(serialize_with = "file_line")]
     pub location: &'static Location<'static>,
-    /// Devices that the scope allocated on.
-    pub devices: Vec<DeviceId>,
+    /// Per device, for each device the scope allocated on, in device order.
+    pub devices: Vec<DeviceReport>,
     /// Number of allocations made inside, nested scopes included.
     pub allocations: u64,
-    /// Bytes allocated inside.
+    /// Bytes allocated inside (blocks).
     pub allocated: u64,
+    /// Bytes the tensors allocated inside asked for.
+    pub requested: u64,
     /// Bytes of those that were freed before the check.
     pub freed: u64,
-    /// Highest live bytes of the scope's own allocations.
+    /// Highest live bytes of the scope's own allocations (nested scopes included).
     pub peak: u64,
     /// Bytes still alive and owned by what the scope handed back.
     pub kept: u64,
-    /// Bytes still alive, owned by nothing kept.
+    /// Bytes still alive, owned by nothing kept (blocks).
     pub escaped_bytes: u64,
-    /// One entry per escaped allocation.
+    /// What the escaped tensors asked for, where known.
+    pub escaped_requested: u64,
+    /// One entry per escaped allocation, largest first.
     pub escaped: Vec<Escape>,
-    /// Bytes not attributed because a kept tensor carries an autograd graph whose saved tensors
-    /// gpu-scope cannot list; counted as kept, not as escaped.
-    pub held_by_autograd: u64,
-    /// Kept values whose type does not implement `Tensors` (seen as holding no tensors).
+    /// Memory still alive that is not an escape: library workspaces, autocast's cache,
+    /// gradients and optimizer state of tensors from outside the scope, autograd graphs.
+    pub held: Vec<Held>,
+    /// Kept arguments whose type does not implement `Tensors` (seen as holding no tensors).
     pub opaque_kept: Vec<&'static str>,
-    /// Bytes the caching allocator gave back to the device on exit.
+    /// Devices on which allocations could not be seen: the report is "not tracked" there
+    /// rather than clean.
+    pub untracked: Vec<Untracked>,
+    /// Bytes the caching allocator gave back on exit, all devices.
     pub cache_released: u64,
     /// Whether `emptyCache` ran on exit.
     pub released: bool,
@@ -79,14 +202,42 @@ fn micros<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
 }
 
 impl ScopeReport {
-    /// Whether the scope ended clean: nothing escaped and the budget held.
+    /// Whether the scope ended clean: nothing escaped, the budget held, and every device's
+    /// allocations could be seen.
     pub fn is_clean(&self) -> bool {
-        self.escaped.is_empty() && !self.over_budget()
+        !self.failed() && self.untracked.is_empty()
+    }
+
+    /// Whether the escape policy applies: something escaped or the budget was exceeded.
+    pub fn failed(&self) -> bool {
+        !self.escaped.is_empty() || self.over_budget()
     }
 
     /// Whether the peak went over `max_peak`.
     pub fn over_budget(&self) -> bool {
         self.max_peak.is_some_and(|b| self.peak > b)
+    }
+
+    /// Bytes held by `by`, on every device.
+    pub fn held_by(&self, by: HeldBy) -> u64 {
+        self.held
+            .iter()
+            .filter(|h| h.by == by)
+            .map(|h| h.bytes)
+            .sum()
+    }
+
+    /// One word for the outcome: `clean`, `escaped`, `over budget`, `escaped, over budget`,
+    /// `not tracked` or `not checked`.
+    pub fn status(&self) -> &'static str {
+        match (self.checked, self.escaped.is_empty(), self.over_budget()) {
+            (false, ..) => "not checked",
+            (true, false, true) => "escaped, over budget",
+            (true, false, false) => "escaped",
+            (true, true, true) => "over budget",
+            (true, true, false) if !self.untracked.is_empty() => "not tracked",
+            _ => "clean",
+        }
     }
 
     /// The report as JSON.
@@ -95,20 +246,17 @@ impl ScopeReport {
     }
 }
 
-/// `1536` → `1.50 KiB`.
-pub fn human_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.2} {}", UNITS[unit])
-    }
+thread_local! {
+    static LAST: RefCell<Option<ScopeReport>> = const { RefCell::new(None) };
+}
+
+/// The report of the last scope that exited on this thread (checked or not).
+pub fn last_report() -> Option<ScopeReport> {
+    LAST.with(|l| l.borrow().clone())
+}
+
+pub(crate) fn set_last(report: &ScopeReport) {
+    LAST.with(|l| *l.borrow_mut() = Some(report.clone()));
 }
 
 fn human_duration(d: Duration) -> String {
@@ -122,7 +270,11 @@ fn human_duration(d: Duration) -> String {
 
 impl fmt::Display for ScopeReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let devices: Vec<String> = self.devices.iter().map(|d| d.to_string()).collect();
+        let devices: Vec<String> = self
+            .devices
+            .iter()
+            .filter_map(|d| d.device.map(|d| d.to_string()))
+            .collect();
         let devices = if devices.is_empty() {
             "-".to_owned()
         } else {
@@ -137,67 +289,139 @@ impl fmt::Display for ScopeReport {
             at.line()
         )?;
         let row = |f: &mut fmt::Formatter<'_>, label: &str, value: String| {
-            writeln!(f, "  {label:<16} {value:>12}")
+            writeln!(f, "  {label:<18} {value:>12}")
         };
-        row(f, "allocated", human_bytes(self.allocated))?;
+        row(f, "status", self.status().to_owned())?;
+        row(f, "allocated", Bytes(self.allocated).to_string())?;
+        if self.requested != self.allocated {
+            row(f, "  requested", Bytes(self.requested).to_string())?;
+        }
         row(f, "allocations", self.allocations.to_string())?;
-        row(f, "freed", human_bytes(self.freed))?;
-        row(f, "peak", human_bytes(self.peak))?;
+        row(f, "freed", Bytes(self.freed).to_string())?;
+        row(f, "peak", Bytes(self.peak).to_string())?;
         if let Some(budget) = self.max_peak {
-            row(f, "budget", human_bytes(budget))?;
+            row(f, "budget", Bytes(budget).to_string())?;
         }
-        row(f, "kept", human_bytes(self.kept))?;
-        if self.held_by_autograd > 0 {
-            row(f, "autograd graph", human_bytes(self.held_by_autograd))?;
+        row(f, "kept", Bytes(self.kept).to_string())?;
+        for by in self.held_kinds() {
+            row(f, &by.to_string(), Bytes(self.held_by(by)).to_string())?;
         }
-        row(f, "escaped", human_bytes(self.escaped_bytes))?;
-        row(f, "cache released", human_bytes(self.cache_released))?;
+        row(f, "escaped", Bytes(self.escaped_bytes).to_string())?;
+        if self.escaped_requested != self.escaped_bytes {
+            row(f, "  requested", Bytes(self.escaped_requested).to_string())?;
+        }
+        row(f, "cache released", Bytes(self.cache_released).to_string())?;
         row(f, "elapsed", human_duration(self.elapsed))?;
+        if self.devices.len() > 1
+            || self
+                .devices
+                .iter()
+                .any(|d| d.device.is_some_and(|d| !d.is_cpu()))
+        {
+            self.device_table(f)?;
+        }
+        if self.devices.iter().any(|d| d.allocated != d.requested) {
+            writeln!(
+                f,
+                "  (bytes are allocator blocks; `requested` is what the tensors asked for)"
+            )?;
+        }
+        for u in &self.untracked {
+            let device = u
+                .device
+                .map_or("every accelerator".to_owned(), |d| d.to_string());
+            writeln!(f, "  not tracked on {device}: {}", u.reason)?;
+        }
         if !self.checked {
             writeln!(f, "  (not checked: the scope ended early)")?;
         }
-        if self.held_by_autograd > 0 {
+        if self.held_by(HeldBy::AutogradGraph) > 0 {
             writeln!(
                 f,
                 "  note: a kept tensor has an autograd graph; its saved tensors cannot be \
                  listed, so unkept memory was counted under `autograd graph`, not as escaped"
             )?;
         }
-        if !self.escaped.is_empty() {
-            writeln!(f, "  escaped allocations:")?;
+        if self.held_by(HeldBy::Uninspected) > 0 {
             writeln!(
                 f,
-                "  {:>4}  {:>12}  {:<8}  {:<22}  tensor",
-                "#", "bytes", "device", "operator"
+                "  note: a kept value was locked elsewhere and could not be inspected; its \
+                 memory was not judged (`not inspected`), not called escaped"
             )?;
-            for (i, e) in self.escaped.iter().enumerate() {
-                let tensor = match (&e.shape, &e.dtype) {
-                    (Some(shape), Some(dtype)) => format!("{shape:?} {dtype}"),
-                    _ => "-".to_owned(),
-                };
-                let op = e.operator.unwrap_or("-");
-                writeln!(
-                    f,
-                    "  {:>4}  {:>12}  {:<8}  {op:<22}  {tensor}",
-                    i + 1,
-                    human_bytes(e.bytes),
-                    e.device.to_string()
-                )?;
-                if let Some(bt) = &e.backtrace {
-                    for line in bt.lines() {
-                        writeln!(f, "        {line}")?;
-                    }
+        }
+        if !self.escaped.is_empty() {
+            self.escape_table(f)?;
+        }
+        Ok(())
+    }
+}
+
+impl ScopeReport {
+    fn held_kinds(&self) -> Vec<HeldBy> {
+        let mut kinds: Vec<HeldBy> = self.held.iter().map(|h| h.by).collect();
+        kinds.sort();
+        kinds.dedup();
+        kinds
+    }
+
+    fn device_table(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "  {:<10} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}",
+            "device", "allocated", "freed", "peak", "kept", "held", "escaped", "released"
+        )?;
+        for d in &self.devices {
+            let name = d.device.map_or("-".to_owned(), |d| d.to_string());
+            writeln!(
+                f,
+                "  {name:<10} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}",
+                Bytes(d.allocated),
+                Bytes(d.freed),
+                Bytes(d.peak),
+                Bytes(d.kept),
+                Bytes(d.held),
+                Bytes(d.escaped),
+                Bytes(d.cache_released)
+            )?;
+        }
+        Ok(())
+    }
+
+    fn escape_table(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "  escaped allocations:")?;
+        writeln!(
+            f,
+            "  {:>4}  {:>12}  {:>12}  {:<8}  {:<22}  tensor",
+            "#", "bytes", "requested", "device", "operator"
+        )?;
+        for (i, e) in self.escaped.iter().enumerate() {
+            let tensor = match (&e.shape, &e.dtype) {
+                (Some(shape), Some(dtype)) => format!("{shape:?} {dtype}"),
+                _ => format!("- (at {:#x})", e.address),
+            };
+            let requested = e.requested.map_or("?".to_owned(), |r| Bytes(r).to_string());
+            writeln!(
+                f,
+                "  {:>4}  {:>12}  {requested:>12}  {:<8}  {:<22}  {tensor}",
+                i + 1,
+                Bytes(e.bytes),
+                e.device.to_string(),
+                e.operator.unwrap_or("-"),
+            )?;
+            if let Some(bt) = &e.backtrace {
+                for line in bt.lines() {
+                    writeln!(f, "        {line}")?;
                 }
             }
-            if !self.opaque_kept.is_empty() {
-                writeln!(
-                    f,
-                    "  hint: kept value(s) of type {} do not implement `gpu_scope::Tensors`, so \
-                     gpu-scope saw no tensors in them; if they hold tensors, add \
-                     `#[derive(gpu_scope::Tensors)]` to the type",
-                    self.opaque_kept.join(", ")
-                )?;
-            }
+        }
+        if !self.opaque_kept.is_empty() {
+            writeln!(
+                f,
+                "  hint: kept argument(s) of type {} do not implement `gpu_scope::Tensors`, so \
+                 gpu-scope saw no tensors in them; if they hold tensors, add \
+                 `#[derive(gpu_scope::Tensors)]` to the type",
+                self.opaque_kept.join(", ")
+            )?;
         }
         Ok(())
     }

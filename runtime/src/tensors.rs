@@ -2,10 +2,17 @@
 use crate::device::DeviceId;
 use crate::ffi;
 use crate::ledger::Key;
+use std::borrow::Cow;
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, LinkedList, VecDeque};
+use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, TryLockError};
+use std::time::{Duration, Instant};
+
+/// How long a scope's exit waits for a kept `Mutex` or `RwLock` that another thread holds
+/// before reporting it as not inspected.
+const LOCK_WAIT: Duration = Duration::from_millis(50);
 
 /// The storages found in kept values, plus what the search could not see into.
 #[derive(Debug, Default)]
@@ -13,8 +20,13 @@ pub struct StorageSet {
     pub(crate) keys: rustc_hash::FxHashSet<Key>,
     /// A kept tensor has an autograd graph whose saved tensors cannot be listed.
     pub(crate) autograd_graph: bool,
-    /// Type names of kept values that do not implement [`Tensors`].
+    /// Type names of kept arguments that do not implement [`Tensors`].
     pub(crate) opaque: Vec<&'static str>,
+    /// Kept values that could not be inspected (locked elsewhere, or private to tch).
+    pub(crate) uninspected: Vec<&'static str>,
+    /// Kept tch modules whose tensors tch keeps private (covered when their VarStore is kept).
+    pub(crate) private_modules: Vec<&'static str>,
+    pub(crate) var_store: bool,
 }
 
 impl StorageSet {
@@ -23,38 +35,64 @@ impl StorageSet {
         Self::default()
     }
 
-    /// Adds the storage of one tensor (and of its gradient, if any).
+    /// Adds the storages one tensor owns, whatever its layout (dense, sparse, MKLDNN), and
+    /// those of its gradient if it is a leaf that has one.
     pub fn add_tensor(&mut self, t: &tch::Tensor) {
-        let (mut storage, mut nbytes, mut kind, mut index, mut flags) =
-            (std::ptr::null_mut(), 0usize, 0, 0, 0);
-        // SAFETY: `as_ptr` points at the live `at::Tensor` that `t` owns; the shim only reads it.
+        let mut found = [ffi::Storage {
+            ptr: std::ptr::null(),
+            dev_type: 0,
+            dev_index: 0,
+        }; 8];
+        let (mut n, mut flags) = (0usize, 0);
+        // SAFETY: `as_ptr` points at the live `at::Tensor` that `t` owns; the shim only reads
+        // it and writes at most `found.len()` storages.
         let status = unsafe {
-            ffi::gs_tensor_info(
+            ffi::gs_tensor_storages(
                 t.as_ptr().cast(),
-                &mut storage,
-                &mut nbytes,
-                &mut kind,
-                &mut index,
+                found.as_mut_ptr(),
+                found.len(),
+                &mut n,
                 &mut flags,
             )
         };
-        if ffi::check(status).is_err() || storage.is_null() {
+        if ffi::check(status).is_err() {
             return;
         }
-        self.keys
-            .insert((storage as usize, DeviceId::from_raw(kind, index)));
-        if flags & 2 != 0 {
-            self.autograd_graph = true;
-        }
-        if flags & 1 != 0 {
-            let grad = t.grad();
-            if grad.defined() {
-                self.add_tensor(&grad);
+        let mut more = Vec::new();
+        if n > found.len() {
+            more.resize(n, found[0]);
+            // SAFETY: as above, with room for all `n`.
+            let status = unsafe {
+                ffi::gs_tensor_storages(t.as_ptr().cast(), more.as_mut_ptr(), n, &mut n, &mut flags)
+            };
+            if ffi::check(status).is_err() {
+                return;
             }
+        }
+        let storages = if more.is_empty() {
+            &found[..n]
+        } else {
+            &more[..n.min(more.len())]
+        };
+        for s in storages {
+            self.keys
+                .insert((s.ptr as usize, DeviceId::from_raw(s.dev_type, s.dev_index)));
+        }
+        if flags & ffi::TENSOR_HAS_GRAPH != 0 {
+            self.autograd_graph = true;
         }
     }
 
-    /// Records a kept value whose type does not implement [`Tensors`].
+    /// Records that a kept value could not be inspected (a lock held elsewhere): memory that
+    /// nothing else keeps is then reported as not inspected instead of escaped.
+    pub fn add_uninspected(&mut self, what: &'static str) {
+        if !self.uninspected.contains(&what) {
+            self.uninspected.push(what);
+        }
+    }
+
+    /// Records a kept argument whose type does not implement [`Tensors`].
+    #[doc(hidden)]
     pub fn add_opaque(&mut self, type_name: &'static str) {
         if !self.opaque.contains(&type_name) {
             self.opaque.push(type_name);
@@ -75,14 +113,27 @@ impl StorageSet {
     pub fn is_empty(&self) -> bool {
         self.keys.is_empty()
     }
+
+    /// Whether some kept value could not be looked into, so that unkept memory must not be
+    /// called escaped.
+    pub(crate) fn blind(&self) -> bool {
+        !self.uninspected.is_empty() || (!self.private_modules.is_empty() && !self.var_store)
+    }
+
+    fn add_private_module(&mut self, name: &'static str) {
+        if !self.private_modules.contains(&name) {
+            self.private_modules.push(name);
+        }
+    }
 }
 
 /// A value that may own tensors: a scope keeps the device memory of what it hands back
-/// through this trait. Derive it with `#[derive(Tensors)]`.
+/// through this trait. Derive it with `#[derive(Tensors)]`; implemented for every tch type
+/// that owns tensors and for the std containers.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` does not implement `gpu_scope::Tensors`",
-    label = "gpu-scope cannot see which tensors this value owns",
-    note = "add `#[derive(gpu_scope::Tensors)]` to the type, or mark the field `#[tensors(skip)]` if it holds no tensors"
+    label = "gpu-scope cannot see which tensors this value holds",
+    note = "for your own type, add `#[derive(gpu_scope::Tensors)]` (mark fields that hold no tensors `#[tensors(skip)]`); for a foreign type, wrap it in a newtype that derives it, or keep its tensors with `gpu_scope::keep(&tensor)`; for a generic `T`, add the bound `T: gpu_scope::Tensors`"
 )]
 pub trait Tensors {
     /// Adds the storages this value owns to `set`.
@@ -97,11 +148,43 @@ impl Tensors for tch::Tensor {
 
 impl Tensors for tch::nn::VarStore {
     fn visit(&self, set: &mut StorageSet) {
+        set.var_store = true;
         for t in self.variables().values() {
             set.add_tensor(t);
         }
     }
 }
+
+/// The parameters and their gradients. The optimizer's own state (Adam's moments, momentum
+/// buffers) is private to libtorch; a scope recognises it when it is made (see the README).
+impl Tensors for tch::nn::Optimizer {
+    fn visit(&self, set: &mut StorageSet) {
+        for t in self.trainable_variables() {
+            set.add_tensor(&t);
+        }
+    }
+}
+
+/// tch keeps these modules' tensors private: a scope cannot list them. They are the variables
+/// of the `VarStore` the module was built from, so keeping that `VarStore` keeps them; without
+/// it, memory nothing else keeps is reported as not inspected rather than escaped.
+macro_rules! private_module {
+    ($($t:ty),* $(,)?) => {
+        $(impl Tensors for $t {
+            fn visit(&self, set: &mut StorageSet) {
+                set.add_private_module(std::any::type_name::<$t>());
+            }
+        })*
+    };
+}
+private_module!(
+    tch::nn::Sequential,
+    tch::nn::SequentialT,
+    tch::nn::LSTM,
+    tch::nn::GRU,
+    tch::nn::Func<'_>,
+    tch::nn::FuncT<'_>,
+);
 
 macro_rules! leaf {
     ($($t:ty),* $(,)?) => { $(impl Tensors for $t { fn visit(&self, _: &mut StorageSet) {} })* };
@@ -126,9 +209,9 @@ leaf!(
     f64,
     str,
     String,
-    std::time::Duration,
+    Duration,
     tch::Device,
-    tch::Kind
+    tch::Kind,
 );
 
 macro_rules! fields {
@@ -143,12 +226,33 @@ fields!(
     tch::nn::Embedding => [ws],
     tch::nn::BatchNorm => [running_mean, running_var, ws, bs],
     tch::nn::LayerNorm => [ws, bs],
+    tch::nn::GroupNorm => [ws, bs],
 );
 
 impl<ND> Tensors for tch::nn::Conv<ND> {
     fn visit(&self, set: &mut StorageSet) {
         self.ws.visit(set);
         self.bs.visit(set);
+    }
+}
+
+impl<ND> Tensors for tch::nn::ConvTransposeND<ND> {
+    fn visit(&self, set: &mut StorageSet) {
+        self.ws.visit(set);
+        self.bs.visit(set);
+    }
+}
+
+impl Tensors for tch::nn::LSTMState {
+    fn visit(&self, set: &mut StorageSet) {
+        (self.0).0.visit(set);
+        (self.0).1.visit(set);
+    }
+}
+
+impl Tensors for tch::nn::GRUState {
+    fn visit(&self, set: &mut StorageSet) {
+        self.0.visit(set);
     }
 }
 
@@ -161,6 +265,21 @@ macro_rules! deref {
 }
 deref!(&T, &mut T, Box<T>, Rc<T>, Arc<T>);
 
+impl<P: std::ops::Deref<Target: Tensors>> Tensors for Pin<P> {
+    fn visit(&self, set: &mut StorageSet) {
+        (**self).visit(set)
+    }
+}
+
+impl<T: Tensors + ToOwned + ?Sized> Tensors for Cow<'_, T>
+where
+    T::Owned: Tensors,
+{
+    fn visit(&self, set: &mut StorageSet) {
+        (**self).visit(set)
+    }
+}
+
 macro_rules! iter {
     ($($t:ty),* $(,)?) => {
         $(impl<T: Tensors> Tensors for $t {
@@ -168,7 +287,14 @@ macro_rules! iter {
         })*
     };
 }
-iter!([T], Vec<T>, VecDeque<T>, Option<T>);
+iter!(
+    [T],
+    Vec<T>,
+    VecDeque<T>,
+    LinkedList<T>,
+    BinaryHeap<T>,
+    Option<T>
+);
 
 impl<T: Tensors, const N: usize> Tensors for [T; N] {
     fn visit(&self, set: &mut StorageSet) {
@@ -199,29 +325,53 @@ impl<T: Tensors, E> Tensors for Result<T, E> {
 
 impl<T: Tensors + ?Sized> Tensors for RefCell<T> {
     fn visit(&self, set: &mut StorageSet) {
-        // A value borrowed mutably right now cannot be read; its owner is the one borrowing.
-        if let Ok(v) = self.try_borrow() {
-            v.visit(set)
+        // Borrowed mutably right now: by this thread, further up the stack, which cannot be
+        // waited for.
+        match self.try_borrow() {
+            Ok(v) => v.visit(set),
+            Err(_) => set.add_uninspected(std::any::type_name::<Self>()),
         }
+    }
+}
+
+/// Tries `attempt` until it gives a value or `LOCK_WAIT` has passed.
+fn wait_for<G>(mut attempt: impl FnMut() -> Option<G>) -> Option<G> {
+    let deadline = Instant::now() + LOCK_WAIT;
+    loop {
+        if let Some(g) = attempt() {
+            return Some(g);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_micros(200));
     }
 }
 
 impl<T: Tensors + ?Sized> Tensors for Mutex<T> {
     fn visit(&self, set: &mut StorageSet) {
-        match self.try_lock() {
-            Ok(v) => v.visit(set),
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().visit(set),
-            Err(std::sync::TryLockError::WouldBlock) => {}
+        let guard = wait_for(|| match self.try_lock() {
+            Ok(v) => Some(v),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        });
+        match guard {
+            Some(v) => v.visit(set),
+            None => set.add_uninspected(std::any::type_name::<Self>()),
         }
     }
 }
 
 impl<T: Tensors + ?Sized> Tensors for RwLock<T> {
     fn visit(&self, set: &mut StorageSet) {
-        match self.try_read() {
-            Ok(v) => v.visit(set),
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().visit(set),
-            Err(std::sync::TryLockError::WouldBlock) => {}
+        let guard = wait_for(|| match self.try_read() {
+            Ok(v) => Some(v),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        });
+        match guard {
+            Some(v) => v.visit(set),
+            None => set.add_uninspected(std::any::type_name::<Self>()),
         }
     }
 }
@@ -245,3 +395,7 @@ tuple!(A B C D E);
 tuple!(A B C D E F);
 tuple!(A B C D E F G);
 tuple!(A B C D E F G H);
+tuple!(A B C D E F G H I);
+tuple!(A B C D E F G H I J);
+tuple!(A B C D E F G H I J K);
+tuple!(A B C D E F G H I J K L);

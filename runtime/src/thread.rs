@@ -1,89 +1,155 @@
-//! Per-thread state: an owner token, how many scopes are open here, and the shim's handle to
-//! the reporter and operator callback installed while any is.
+//! Per-thread state: the stack of frames this thread's allocations are charged to, and the
+//! shim's hooks, installed while the stack is not empty.
+//!
+//! A frame is on a thread's stack either because the scope was opened here (owned) or because
+//! it was carried here (an async scope being polled, or a [`ScopeHandle`](crate::ScopeHandle)
+//! running a closure): borrowed. Only the scope that owns a frame closes it.
+use crate::ledger::{Chain, Frame};
 use crate::{ffi, Error};
-use std::cell::Cell;
-use std::ffi::c_int;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{LazyLock, Once};
+use std::cell::{Cell, RefCell};
+use std::sync::{Arc, Mutex};
 
-/// The environment variable that sets the default of [`set_operator_attribution`]:
-/// `GPU_SCOPE_OPERATORS=0` turns operator attribution off.
-pub const OPERATORS_ENV: &str = "GPU_SCOPE_OPERATORS";
-
-static OPERATORS: LazyLock<AtomicBool> =
-    LazyLock::new(|| AtomicBool::new(std::env::var(OPERATORS_ENV).map_or(true, |v| v != "0")));
-
-/// Whether scopes record, for each allocation, the operator that made it and the shape and
-/// dtype of its tensor (on by default). Attribution costs a libtorch record function per
-/// operator run inside a scope (see BENCHMARKS.md); without it, reports still list every
-/// escaped allocation with its size, device and (with `GPU_SCOPE_BACKTRACE=1`) backtrace.
-/// Takes effect for threads that open their outermost scope after the call.
-pub fn set_operator_attribution(on: bool) {
-    OPERATORS.store(on, Ordering::Relaxed);
+/// What a thread's allocations are charged to right now. The shim's reporter for the thread
+/// holds one (as a raw `Arc`), so that libtorch's intra-op and autograd threads, which inherit
+/// the reporter, charge the same frame.
+#[derive(Debug, Default)]
+pub(crate) struct Owner {
+    current: Mutex<Option<Chain>>,
 }
 
-/// See [`set_operator_attribution`].
-pub fn operator_attribution() -> bool {
-    OPERATORS.load(Ordering::Relaxed)
+impl Owner {
+    /// The frames on the thread's stack, innermost first.
+    pub(crate) fn current(&self) -> Option<Chain> {
+        self.current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn set(&self, stack: &[Level]) {
+        let chain = (!stack.is_empty()).then(|| {
+            stack
+                .iter()
+                .rev()
+                .map(|l| l.frame.clone())
+                .collect::<Chain>()
+        });
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = chain;
+    }
+}
+
+/// A frame's place on a thread's stack, given back to take it off again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Token(u64);
+
+struct Level {
+    token: Token,
+    frame: Arc<Frame>,
+    owned: bool,
 }
 
 struct ThreadState {
-    owner: u64,
-    depth: Cell<usize>,
-    /// The shim's operator callback while a scope is open here (0: none).
-    callback: Cell<u64>,
+    owner: Arc<Owner>,
+    stack: RefCell<Vec<Level>>,
+    next: Cell<u64>,
+    /// The shim's callback handles while the stack is not empty.
+    hooks: Cell<Option<ffi::ThreadHooks>>,
+}
+
+impl Drop for ThreadState {
+    fn drop(&mut self) {
+        // The thread is ending with scopes still open (forgotten guards): end them unchecked
+        // so that nothing stays behind. libtorch's own thread state may be gone: no shim calls.
+        let stack = std::mem::take(self.stack.get_mut());
+        for level in stack.into_iter().rev().filter(|l| l.owned) {
+            crate::ledger::close(&level.frame, None, &crate::ledger::KeepAll);
+        }
+    }
 }
 
 thread_local! {
-    static THREAD: ThreadState = {
-        static NEXT: AtomicU64 = AtomicU64::new(1);
-        ThreadState {
-            owner: NEXT.fetch_add(1, Ordering::Relaxed),
-            depth: Cell::new(0),
-            callback: Cell::new(0),
-        }
+    static THREAD: ThreadState = ThreadState {
+        owner: Arc::default(),
+        stack: RefCell::default(),
+        next: Cell::new(0),
+        hooks: Cell::new(None),
     };
 }
 
-/// This thread's owner token.
-pub(crate) fn owner() -> u64 {
-    THREAD.with(|t| t.owner)
+/// Puts `frame` on top of this thread's stack; installs the hooks if it was empty.
+pub(crate) fn push(frame: Arc<Frame>, owned: bool) -> Result<Token, Error> {
+    THREAD.with(|t| {
+        if t.stack.borrow().is_empty() {
+            t.hooks.set(Some(ffi::thread_enter(&t.owner)?));
+        }
+        let token = Token(t.next.get());
+        t.next.set(token.0 + 1);
+        let mut stack = t.stack.borrow_mut();
+        stack.push(Level {
+            token,
+            frame,
+            owned,
+        });
+        t.owner.set(&stack);
+        Ok(token)
+    })
 }
 
-/// How many scopes are open on this thread.
+/// The frames above `token` that it owns (innermost first), and the chain below it.
+pub(crate) fn around(token: Token) -> (Vec<Arc<Frame>>, Option<Chain>) {
+    THREAD.with(|t| {
+        let stack = t.stack.borrow();
+        let Some(at) = stack.iter().position(|l| l.token == token) else {
+            return (vec![], None);
+        };
+        let above = stack[at + 1..]
+            .iter()
+            .rev()
+            .filter(|l| l.owned)
+            .map(|l| l.frame.clone())
+            .collect();
+        let below = (at > 0).then(|| stack[..at].iter().rev().map(|l| l.frame.clone()).collect());
+        (above, below)
+    })
+}
+
+/// Takes `token` and everything above it off this thread's stack; removes the hooks when
+/// the stack is empty. Does nothing if `token` is not on this thread's stack.
+pub(crate) fn pop(token: Token) {
+    THREAD.with(|t| {
+        let mut stack = t.stack.borrow_mut();
+        let Some(at) = stack.iter().position(|l| l.token == token) else {
+            return;
+        };
+        let dropped = stack.split_off(at);
+        t.owner.set(&stack);
+        let empty = stack.is_empty();
+        drop(stack);
+        drop(dropped);
+        if empty {
+            if let Some(hooks) = t.hooks.take() {
+                ffi::thread_leave(hooks);
+            }
+        }
+    })
+}
+
+/// The innermost frame on this thread.
+pub(crate) fn innermost() -> Option<Arc<Frame>> {
+    THREAD.with(|t| t.stack.borrow().last().map(|l| l.frame.clone()))
+}
+
+/// The frames on this thread's stack, innermost first.
+pub(crate) fn chain() -> Option<Chain> {
+    THREAD.with(|t| t.owner.current())
+}
+
+/// Whether this thread's reporter stepped aside for a libtorch profiler (see `ffi::ThreadHooks`).
+pub(crate) fn stepped_aside() -> bool {
+    THREAD.with(|t| t.hooks.get().is_some_and(|h| h.stepped_aside))
+}
+
+/// How many frames are on this thread's stack.
 pub(crate) fn depth() -> usize {
-    THREAD.with(|t| t.depth.get())
-}
-
-/// Opens one more scope level on this thread, installing the hooks at the first.
-pub(crate) fn attach() -> Result<u64, Error> {
-    static INSTALL: Once = Once::new();
-    // SAFETY: no arguments; installs the CPU allocator wrapper once per process.
-    INSTALL.call_once(|| ffi::check(unsafe { ffi::gs_install_cpu_allocator() }).expect("install"));
-    THREAD.with(|t| {
-        if t.depth.get() == 0 {
-            let mut callback = 0;
-            let operators = c_int::from(operator_attribution());
-            // SAFETY: `callback` is an out-pointer; it is given back in `detach`.
-            ffi::check(unsafe { ffi::gs_thread_begin(t.owner, operators, &mut callback) })
-                .map_err(Error::Torch)?;
-            t.callback.set(callback);
-        }
-        t.depth.set(t.depth.get() + 1);
-        Ok(t.owner)
-    })
-}
-
-/// Closes one scope level; removes the hooks after the last. Returns the new depth.
-pub(crate) fn detach() -> usize {
-    THREAD.with(|t| {
-        let depth = t.depth.get().saturating_sub(1);
-        t.depth.set(depth);
-        if depth == 0 {
-            // SAFETY: the callback from `attach`; removing only fails if libtorch is broken,
-            // and then nothing better than leaving the hooks in place can be done.
-            let _ = ffi::check(unsafe { ffi::gs_thread_end(t.callback.replace(0)) });
-        }
-        depth
-    })
+    THREAD.with(|t| t.stack.borrow().len())
 }

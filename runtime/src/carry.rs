@@ -1,0 +1,79 @@
+//! Carrying a scope to other threads and tasks, the way `tracing` carries a span: allocations
+//! made there while the handle is entered are charged to the scope (frees are seen on every
+//! thread anyway).
+use crate::ledger::Frame;
+use crate::thread::{self, Token};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+/// A handle on an open scope, to run work for it on another thread or task. Cheap to clone;
+/// `Send` and `Sync`. Once the scope has ended, work run through the handle is not tracked.
+#[derive(Clone, Debug)]
+pub struct ScopeHandle {
+    frame: Arc<Frame>,
+}
+
+/// The innermost scope open on this thread, as a handle to carry elsewhere.
+///
+/// ```no_run
+/// # use gpu_scope_runtime as gpu_scope;
+/// # fn work() {}
+/// let scope = gpu_scope::current().expect("called inside a scope");
+/// std::thread::spawn(move || scope.in_scope(work)).join().unwrap();
+/// ```
+pub fn current() -> Option<ScopeHandle> {
+    thread::innermost().map(|frame| ScopeHandle { frame })
+}
+
+/// Takes a carried scope off the thread again, even if the work panics.
+struct Entered(Option<Token>);
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        if let Some(token) = self.0 {
+            thread::pop(token);
+        }
+    }
+}
+
+impl ScopeHandle {
+    /// Runs `f` on this thread as part of the scope: what it allocates (and what libtorch's
+    /// worker threads allocate for it) is charged to the scope; scopes opened inside nest in
+    /// it. The thread's autograd mode is left as it is.
+    pub fn in_scope<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _entered = Entered(thread::push(self.frame.clone(), false).ok());
+        f()
+    }
+
+    /// Wraps a future so that each of its polls runs [`in_scope`](Self::in_scope).
+    pub fn instrument<F: Future>(&self, future: F) -> Carried<F> {
+        Carried {
+            inner: Box::pin(future),
+            scope: self.clone(),
+        }
+    }
+
+    /// Whether the scope is still open.
+    pub fn is_open(&self) -> bool {
+        self.frame.is_open()
+    }
+}
+
+/// A future carried into a scope by [`ScopeHandle::instrument`].
+#[must_use = "futures do nothing unless polled"]
+#[derive(Debug)]
+pub struct Carried<F> {
+    inner: Pin<Box<F>>,
+    scope: ScopeHandle,
+}
+
+impl<F: Future> Future for Carried<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = &mut *self;
+        this.scope.in_scope(|| this.inner.as_mut().poll(cx))
+    }
+}

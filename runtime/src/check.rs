@@ -1,0 +1,98 @@
+//! The escape check: what each allocation still alive at a scope's exit is. Kept, held on
+//! purpose by a library or by tensors the scope cannot see, or escaped.
+use crate::device::DeviceId;
+use crate::ffi;
+use crate::ledger::{self, Entry, Fate, Frame, Judge, Key};
+use crate::report::HeldBy;
+use crate::tensors::StorageSet;
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::ffi::c_int;
+
+/// What the check needs to know, gathered before the frame closes.
+pub(crate) struct Check<'a> {
+    kept: &'a StorageSet,
+    /// Blocks libraries keep on purpose, by what keeps them.
+    workspaces: FxHashMap<Key, &'static str>,
+    /// Sizes of the gradients made in the scope (optimizer state has the same sizes).
+    gradients: FxHashSet<(DeviceId, u64)>,
+    /// autocast's cached casts that clearing its cache freed.
+    autocast: Vec<(HeldBy, DeviceId, u64)>,
+}
+
+impl<'a> Check<'a> {
+    /// Looks at the frame's live allocations before it closes. Only when some accelerator
+    /// allocation is not kept does it ask libtorch for its workspaces and clear autocast's
+    /// cache (whose casts would otherwise outlive the scope).
+    pub(crate) fn prepare(frame: &Frame, kept: &'a StorageSet) -> Check<'a> {
+        let mut check = Check {
+            kept,
+            workspaces: FxHashMap::default(),
+            gradients: FxHashSet::default(),
+            autocast: Vec::new(),
+        };
+        let mut candidates: Vec<(Key, u64)> = Vec::new();
+        for key in ledger::live_keys(frame) {
+            let Some((bytes, made)) = ledger::with_entry(key, |e| (e.bytes, e.made)) else {
+                continue;
+            };
+            if made.backward {
+                check.gradients.insert((key.1, bytes));
+            }
+            if !key.1.is_cpu() && !kept.keys.contains(&key) {
+                candidates.push((key, bytes));
+            }
+        }
+        if candidates.is_empty() {
+            return check;
+        }
+        check.workspaces = workspaces();
+        let mut cleared: c_int = 0;
+        // SAFETY: a plain out-pointer.
+        if ffi::check(unsafe { ffi::gs_autocast_clear(&mut cleared) }).is_ok() && cleared != 0 {
+            check.autocast = candidates
+                .iter()
+                .filter(|(key, _)| ledger::with_entry(*key, |_| ()).is_none())
+                .map(|&(key, bytes)| (HeldBy::AutocastCache, key.1, bytes))
+                .collect();
+        }
+        check
+    }
+
+    /// The cached casts freed by clearing autocast's cache, to report on their own line.
+    pub(crate) fn autocast_freed(&self) -> Vec<(HeldBy, DeviceId, u64)> {
+        self.autocast.clone()
+    }
+}
+
+impl Judge for Check<'_> {
+    fn fate(&self, key: Key, entry: &Entry, marked: bool) -> Fate {
+        if marked || self.kept.keys.contains(&key) {
+            Fate::Kept
+        } else if let Some(&kind) = self.workspaces.get(&key) {
+            Fate::Library(HeldBy::Workspace(kind))
+        } else if entry.made.backward {
+            Fate::HeldOutside(HeldBy::Gradient)
+        } else if entry.made.grad_off && self.gradients.contains(&(key.1, entry.bytes)) {
+            Fate::HeldOutside(HeldBy::OptimizerState)
+        } else if self.kept.autograd_graph {
+            Fate::HeldOutside(HeldBy::AutogradGraph)
+        } else if self.kept.blind() {
+            Fate::HeldOutside(HeldBy::Uninspected)
+        } else {
+            Fate::Escaped
+        }
+    }
+}
+
+/// The blocks that libraries keep allocated on purpose (cuBLAS and cuBLASLt workspaces).
+fn workspaces() -> FxHashMap<Key, &'static str> {
+    let mut found = FxHashMap::default();
+    // SAFETY: the visitor matches the shim's type and gets `found` back, alive for the call.
+    let _ = ffi::check(unsafe {
+        ffi::gs_workspaces(
+            crate::hooks::gs_rust_visit_workspace,
+            (&mut found as *mut FxHashMap<Key, &'static str>).cast(),
+        )
+    });
+    found
+}

@@ -1,0 +1,150 @@
+//! The ledger on its own, driven with made-up accelerator blocks (no libtorch involved).
+use super::*;
+
+const DEVICE: DeviceId = DeviceId::from_raw(1, 0);
+
+fn entry(bytes: u64) -> Entry {
+    Entry {
+        frame: None,
+        chain: None,
+        kept_past: None,
+        bytes,
+        requested: 0,
+        made: Made::default(),
+        op: None,
+        tensor: None,
+        backtrace: None,
+        cpu: None,
+    }
+}
+
+fn chain(frames: &[&Arc<Frame>]) -> Chain {
+    frames.iter().map(|f| (*f).clone()).collect()
+}
+
+/// Addresses unique to each test (tests share the process-wide registry).
+fn key(test: usize, n: usize) -> Key {
+    (0x7000_0000 + test * 0x10_0000 + n * 0x1000, DEVICE)
+}
+
+struct Escapes;
+
+impl Judge for Escapes {
+    fn fate(&self, _: Key, _: &Entry, marked: bool) -> Fate {
+        if marked {
+            Fate::Kept
+        } else {
+            Fate::Escaped
+        }
+    }
+}
+
+/// Regression (found by tests/model_check.rs): a `keep` mark outlived the block it was for,
+/// so a new block at the same address counted as kept instead of escaped.
+#[test]
+fn a_keep_mark_dies_with_its_block() {
+    let frame = Frame::open();
+    let c = chain(&[&frame]);
+    assert!(record_alloc(&c, key(0, 0), entry(64)));
+    frame.mark([key(0, 0)]);
+    record_free(key(0, 0));
+    assert!(record_alloc(&c, key(0, 0), entry(64)));
+    let closed = close(&frame, None, &Escapes);
+    assert_eq!(closed.escaped.len(), 1, "the second block was never kept");
+    assert_eq!(closed.kept.total.live, 0);
+}
+
+/// The enclosing scope's peak is exact when an inner scope frees one of its blocks first.
+#[test]
+fn peaks_are_exact_across_nesting() {
+    let outer = Frame::open();
+    let (o, k) = (chain(&[&outer]), |n| key(1, n));
+    record_alloc(&o, k(0), entry(4));
+    record_alloc(&o, k(1), entry(4));
+    let inner = Frame::open();
+    let i = chain(&[&inner, &outer]);
+    record_free(k(0));
+    record_alloc(&i, k(2), entry(4));
+    record_alloc(&i, k(3), entry(4));
+    let closed_inner = close(&inner, Some(&o), &KeepAll);
+    assert_eq!(closed_inner.stats.total.peak, 8);
+    let closed = close(&outer, None, &KeepAll);
+    assert_eq!(
+        closed.stats.total.peak, 12,
+        "4 of its own + 8 of the inner scope"
+    );
+    assert_eq!(closed.stats.total.allocated, 16);
+    assert_eq!(closed.stats.total.freed, 4);
+    assert_eq!(closed.kept.total.live, 12);
+    for n in 1..4 {
+        record_free(k(n));
+    }
+}
+
+/// An async scope allocates while polled inside `x`, and closes inside `y`: `x` loses the
+/// bytes when the block is freed (it was charged), `y` gains them when it takes the block
+/// over; nothing underflows.
+#[test]
+fn a_suspended_scope_closing_elsewhere_cannot_underflow() {
+    let (x, y, task) = (Frame::open(), Frame::open(), Frame::open());
+    let k = |n| key(2, n);
+    record_alloc(&chain(&[&task, &x]), k(0), entry(100));
+    record_alloc(&chain(&[&task, &y]), k(1), entry(10));
+    close(&task, Some(&chain(&[&y])), &KeepAll);
+    assert_eq!(x.lock().stats.total.live, 100);
+    assert_eq!(
+        y.lock().stats.total.live,
+        110,
+        "the block made under x joined y"
+    );
+    record_free(k(0));
+    assert_eq!(x.lock().stats.total.live, 0);
+    assert_eq!(y.lock().stats.total.live, 10);
+    let closed_x = close(&x, None, &KeepAll);
+    assert_eq!(closed_x.stats.total.freed, 100);
+    record_free(k(1));
+    let closed_y = close(&y, None, &KeepAll);
+    assert_eq!(
+        (closed_y.stats.total.live, closed_y.stats.total.freed),
+        (0, 110)
+    );
+}
+
+/// An escape leaves tracking and the enclosing scopes' live bytes, but is not freed.
+#[test]
+fn an_escape_leaves_every_frame_it_was_charged_to() {
+    let (outer, inner) = (Frame::open(), Frame::open());
+    record_alloc(&chain(&[&inner, &outer]), key(3, 0), entry(32));
+    let closed = close(&inner, Some(&chain(&[&outer])), &Escapes);
+    assert_eq!(closed.escaped.len(), 1);
+    assert_eq!(outer.lock().stats.total.live, 0);
+    assert_eq!(outer.lock().stats.total.freed, 0);
+    assert!(record_free(key(3, 0)).is_none(), "no longer tracked");
+    close(&outer, None, &Escapes);
+}
+
+/// A CPU block that escapes stays known to the ledger, so that the shim can still free it
+/// the way libtorch would.
+#[test]
+fn an_escaped_cpu_block_keeps_its_original_deleter() {
+    let frame = Frame::open();
+    let cpu_key = (0x7fff_0000, DeviceId::CPU);
+    let mut e = entry(16);
+    e.cpu = Some(CpuOrigin {
+        ctx: 42,
+        deleter: None,
+    });
+    assert!(record_alloc(&chain(&[&frame]), cpu_key, e));
+    let closed = close(&frame, None, &Escapes);
+    assert_eq!(closed.escaped.len(), 1);
+    let origin = record_free(cpu_key).expect("the shim gets its deleter back");
+    assert_eq!(origin.ctx, 42);
+}
+
+/// Allocations charged to a frame that has closed are refused.
+#[test]
+fn a_closed_frame_takes_no_allocation() {
+    let frame = Frame::open();
+    close(&frame, None, &KeepAll);
+    assert!(!record_alloc(&chain(&[&frame]), key(5, 0), entry(8)));
+}

@@ -1,0 +1,310 @@
+//! One scope's life, from entry to report: the only code that opens, carries and closes a
+//! frame. [`Scope`](crate::Scope), the async form and the macros are thin wrappers over
+//! [`OpenScope`].
+//!
+//! ```text
+//! enter ──► placed on a thread (stack push, autograd off)
+//!             │   allocations and frees reach the ledger through hooks.rs
+//!             ├─► suspend ◄─► resume        (async: once per poll, on any thread)
+//!             ▼
+//! close ──► inner scopes still open end first ─► judge each live allocation (check.rs)
+//!       ──► ledger::close ─► release policy ─► ScopeReport ─► escape policy (policy.rs)
+//! ```
+use crate::check::Check;
+use crate::device::DeviceId;
+use crate::ledger::{self, Closed, Frame, KeepAll};
+use crate::memory::{self, check_device};
+use crate::options::ScopeOptions;
+use crate::release::{self, Released};
+use crate::report::{self, DeviceReport, Escape, Held, HeldBy, ScopeReport, Untracked};
+use crate::tensors::StorageSet;
+use crate::thread::{self, Token};
+use crate::{ffi, policy, Error};
+use std::ffi::c_int;
+use std::sync::{Arc, LazyLock};
+use std::time::Instant;
+
+static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+/// Where an open scope is while it runs on a thread.
+#[derive(Debug)]
+struct Placed {
+    token: Token,
+    /// The thread's autograd mode before the scope turned it off.
+    grad: Option<c_int>,
+}
+
+/// An open scope. Dropping it without [`close`](OpenScope::close) ends it unchecked.
+#[derive(Debug)]
+pub(crate) struct OpenScope {
+    frame: Arc<Frame>,
+    opts: ScopeOptions,
+    started: Instant,
+    placed: Option<Placed>,
+    /// A thread it ran on could not install its reporter (a libtorch profiler held the slot).
+    stepped_aside: bool,
+    closed: bool,
+}
+
+fn set_grad(enabled: c_int) -> c_int {
+    let mut previous = 1;
+    // SAFETY: a thread-local flag and a plain out-pointer.
+    let _ = ffi::check(unsafe { ffi::gs_set_grad_enabled(enabled, &mut previous) });
+    previous
+}
+
+impl OpenScope {
+    /// Opens a scope on this thread, inside the innermost scope open here.
+    pub(crate) fn enter(opts: ScopeOptions) -> Result<OpenScope, Error> {
+        if let Some(device) = opts.device {
+            check_device(device)?;
+        }
+        LazyLock::force(&EPOCH);
+        let mut scope = OpenScope {
+            frame: Frame::open(),
+            started: Instant::now(),
+            opts,
+            placed: None,
+            stepped_aside: false,
+            closed: false,
+        };
+        scope.place(true)?;
+        Ok(scope)
+    }
+
+    pub(crate) fn frame(&self) -> &Arc<Frame> {
+        &self.frame
+    }
+
+    fn place(&mut self, owned: bool) -> Result<(), Error> {
+        let token = thread::push(self.frame.clone(), owned)?;
+        self.stepped_aside |= thread::stepped_aside();
+        let grad = (!self.opts.keep_grad_mode).then(|| set_grad(0));
+        self.placed = Some(Placed { token, grad });
+        Ok(())
+    }
+
+    /// Takes the scope off its thread without ending it (an async scope between polls).
+    pub(crate) fn suspend(&mut self) {
+        if let Some(placed) = self.placed.take() {
+            if let Some(previous) = placed.grad {
+                set_grad(previous);
+            }
+            thread::pop(placed.token);
+        }
+    }
+
+    /// Puts a suspended scope on this thread again.
+    pub(crate) fn resume(&mut self) -> Result<(), Error> {
+        match self.placed {
+            Some(_) => Ok(()),
+            None => self.place(false),
+        }
+    }
+
+    /// Ends the scope and builds its report; `check` judges what is still alive against
+    /// `kept`, else everything alive is handed to the enclosing scope unchecked.
+    pub(crate) fn close(mut self, kept: StorageSet, check: bool) -> ScopeReport {
+        self.end(kept, check)
+    }
+
+    /// Closes with a check, then applies the escape policy.
+    pub(crate) fn finish(self, kept: StorageSet) -> Result<ScopeReport, Error> {
+        let policy = self.opts.policy();
+        if !self.frame.is_open() {
+            let name = self.opts.name.clone();
+            drop(self.close(StorageSet::new(), false));
+            return Err(Error::EndedByEnclosing { scope: name });
+        }
+        let report = self.close(kept, true);
+        policy::act(policy, report)
+    }
+
+    fn end(&mut self, kept: StorageSet, check: bool) -> ScopeReport {
+        self.closed = true;
+        if let Some(previous) = self.placed.as_mut().and_then(|p| p.grad.take()) {
+            set_grad(previous);
+        }
+        let (above, enclosing) = match &self.placed {
+            Some(p) => thread::around(p.token),
+            None => (vec![], thread::chain()),
+        };
+        // Scopes opened inside this one and still open end first, unchecked, into it.
+        if !above.is_empty() {
+            let mut chain: Vec<Arc<Frame>> =
+                enclosing.iter().flat_map(|c| c.iter().cloned()).collect();
+            chain.insert(0, self.frame.clone());
+            for inner in above.iter().rev() {
+                chain.insert(0, inner.clone());
+            }
+            for _ in 0..above.len() {
+                let inner = chain.remove(0);
+                ledger::close(&inner, Some(&Arc::from(chain.clone())), &KeepAll);
+            }
+        }
+        let checked = check && self.frame.is_open();
+        let (closed, untracked) = if checked {
+            let check = Check::prepare(&self.frame, &kept);
+            let mut closed = ledger::close(&self.frame, enclosing.as_ref(), &check);
+            closed.held.extend(check.autocast_freed());
+            let untracked = self.untracked(&closed);
+            (closed, untracked)
+        } else {
+            let closed = ledger::close(&self.frame, enclosing.as_ref(), &KeepAll);
+            (closed, vec![])
+        };
+        self.suspend();
+        let released = if checked {
+            let used: Vec<DeviceId> = closed
+                .stats
+                .devices
+                .iter()
+                .map(|(d, _)| *d)
+                .filter(|d| !d.is_cpu())
+                .collect();
+            release::run(self.opts.release, enclosing.is_none(), &used)
+        } else {
+            Released::default()
+        };
+        let report = self.report(closed, &kept, untracked, released, checked);
+        report::set_last(&report);
+        report
+    }
+
+    /// Devices on which the scope could not see allocations.
+    fn untracked(&self, closed: &Closed) -> Vec<Untracked> {
+        let mut untracked = Vec::new();
+        if self.stepped_aside {
+            untracked.push(Untracked {
+                device: None,
+                reason: "a libtorch profiler held the memory-reporting slot of a thread the \
+                         scope ran on; accelerator allocations made meanwhile were not seen",
+            });
+        }
+        let saw_accelerator = closed.stats.devices.iter().any(|(d, _)| !d.is_cpu());
+        if !saw_accelerator && !self.stepped_aside && memory::allocator_reports(-1) == Some(false) {
+            untracked.push(Untracked {
+                device: None,
+                reason: "the accelerator's allocator reports nothing (the cudaMallocAsync \
+                         backend, or PYTORCH_NO_CUDA_MEMORY_CACHING=1), so its allocations \
+                         cannot be seen",
+            });
+        }
+        untracked
+    }
+
+    fn report(
+        &mut self,
+        closed: Closed,
+        kept: &StorageSet,
+        untracked: Vec<Untracked>,
+        released: Released,
+        checked: bool,
+    ) -> ScopeReport {
+        let mut escaped: Vec<Escape> = closed
+            .escaped
+            .into_iter()
+            .map(|((address, device), e)| Escape {
+                bytes: e.bytes,
+                requested: (e.requested > 0).then_some(e.requested),
+                device,
+                address,
+                operator: e.op,
+                shape: e.tensor.as_ref().map(|(s, _)| s.to_vec()),
+                dtype: e.tensor.as_ref().map(|(_, d)| *d),
+                backtrace: e.backtrace.map(|b| crate::trace::format(*b)),
+            })
+            .collect();
+        escaped.sort_unstable_by_key(|e| (std::cmp::Reverse(e.bytes), e.address));
+        let held = group_held(&closed.held);
+        let mut devices: Vec<DeviceReport> = closed
+            .stats
+            .devices
+            .iter()
+            .map(|(device, c)| DeviceReport {
+                device: Some(*device),
+                allocations: c.allocations,
+                allocated: c.allocated,
+                requested: c.requested,
+                freed: c.freed,
+                peak: c.peak,
+                kept: closed
+                    .kept
+                    .devices
+                    .iter()
+                    .find(|(d, _)| d == device)
+                    .map_or(0, |(_, k)| k.live),
+                escaped: escaped
+                    .iter()
+                    .filter(|e| e.device == *device)
+                    .map(|e| e.bytes)
+                    .sum(),
+                held: held
+                    .iter()
+                    .filter(|h| h.device == *device)
+                    .map(|h| h.bytes)
+                    .sum(),
+                cache_released: released
+                    .per_device
+                    .iter()
+                    .find(|(d, _)| d == device)
+                    .map_or(0, |(_, b)| *b),
+            })
+            .collect();
+        devices.sort_by_key(|d| d.device);
+        let total = &closed.stats.total;
+        ScopeReport {
+            name: self.opts.name.clone(),
+            location: self.opts.location,
+            devices,
+            allocations: total.allocations,
+            allocated: total.allocated,
+            requested: total.requested,
+            freed: total.freed,
+            peak: total.peak,
+            kept: closed.kept.total.live,
+            escaped_bytes: escaped.iter().map(|e| e.bytes).sum(),
+            escaped_requested: escaped.iter().map(|e| e.requested.unwrap_or(e.bytes)).sum(),
+            escaped,
+            held,
+            opaque_kept: kept.opaque.clone(),
+            untracked,
+            cache_released: released.per_device.iter().map(|(_, b)| b).sum(),
+            released: released.ran,
+            max_peak: self.opts.max_peak,
+            checked,
+            started: self.started.saturating_duration_since(*EPOCH),
+            elapsed: self.started.elapsed(),
+        }
+    }
+}
+
+/// Sums the held allocations by what holds them and by device.
+fn group_held(held: &[(HeldBy, DeviceId, u64)]) -> Vec<Held> {
+    let mut groups: Vec<Held> = Vec::new();
+    for &(by, device, bytes) in held {
+        match groups.iter_mut().find(|h| h.by == by && h.device == device) {
+            Some(h) => {
+                h.bytes += bytes;
+                h.count += 1;
+            }
+            None => groups.push(Held {
+                by,
+                device,
+                bytes,
+                count: 1,
+            }),
+        }
+    }
+    groups.sort_by_key(|h| (h.by, h.device));
+    groups
+}
+
+impl Drop for OpenScope {
+    fn drop(&mut self) {
+        // Not closed: a panic, an early return, a cancelled future. End without a check.
+        if !self.closed {
+            drop(self.end(StorageSet::new(), false));
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! What a scope does about its verdict: the escape policy, decided here and nowhere else.
+use crate::options::{EscapePolicy, ScopeOptions};
+use crate::report::ScopeReport;
+use crate::Error;
+use std::collections::HashMap;
+use std::panic::Location;
+use std::sync::{LazyLock, Mutex};
+
+/// Applies `policy` to a checked report: `Ok` when clean, or when the policy is to panic (a
+/// panic then, unless one is already unwinding), warn or ignore; `Err` under `error`.
+pub(crate) fn act(policy: EscapePolicy, report: ScopeReport) -> Result<ScopeReport, Error> {
+    tracing::debug!(target: "gpu_scope", report = %report.to_json(), "scope `{}` exited", report.name);
+    if !report.failed() {
+        return Ok(report);
+    }
+    let error = if report.escaped.is_empty() {
+        Error::OverBudget(Box::new(report))
+    } else {
+        Error::Escaped(Box::new(report))
+    };
+    match policy {
+        EscapePolicy::Panic if !std::thread::panicking() => panic!("{error}"),
+        EscapePolicy::Panic | EscapePolicy::Warn => {
+            let location = error.report().map(|r| r.location);
+            warn(location.unwrap_or(Location::caller()), &error);
+        }
+        EscapePolicy::Error => return Err(error),
+        EscapePolicy::Ignore => {}
+    }
+    match error {
+        Error::Escaped(r) | Error::OverBudget(r) => Ok(*r),
+        _ => unreachable!("only escape and budget errors are built here"),
+    }
+}
+
+/// A scope could not be entered: under `error` the caller gets the error; otherwise the
+/// scope's code runs unscoped, after a panic (`panic`: unless one is unwinding) or a warning.
+pub(crate) fn entry_failed(opts: &ScopeOptions, error: Error) -> Result<(), Error> {
+    match opts.policy() {
+        EscapePolicy::Error => return Err(error),
+        EscapePolicy::Panic if !std::thread::panicking() => panic!("{error}"),
+        EscapePolicy::Panic | EscapePolicy::Warn => warn(opts.location, &error),
+        EscapePolicy::Ignore => {}
+    }
+    Ok(())
+}
+
+/// A `tracing` WARN event; without a subscriber, stderr, without flooding: the full text the
+/// first time a location warns, then one line at its 2nd, 4th, 8th, ... warning.
+fn warn(location: &'static Location<'static>, error: &Error) {
+    tracing::warn!(target: "gpu_scope", "{error}");
+    let has_subscriber =
+        tracing::dispatcher::get_default(|d| !d.is::<tracing::subscriber::NoSubscriber>());
+    if has_subscriber {
+        return;
+    }
+    type Counts = HashMap<(&'static str, u32, u32), u64>;
+    static SEEN: LazyLock<Mutex<Counts>> = LazyLock::new(Default::default);
+    let key = (location.file(), location.line(), location.column());
+    let count = {
+        let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+        let count = seen.entry(key).or_insert(0);
+        *count += 1;
+        *count
+    };
+    if count == 1 {
+        eprintln!("{error}");
+    } else if count.is_power_of_two() {
+        eprintln!(
+            "gpu-scope: the scope at {}:{} failed its check again ({count} times so far; \
+             the first report above)",
+            location.file(),
+            location.line()
+        );
+    }
+}

@@ -1,0 +1,44 @@
+//! The release policy: when a closing scope asks the caching allocator to give unused blocks
+//! back (`emptyCache`). Never a device synchronize: `emptyCache` waits for the blocks' pending
+//! frees itself, and the escape check reads only the allocator's host-side bookkeeping.
+use crate::device::DeviceId;
+use crate::memory::{self, accelerator};
+use crate::options::ReleasePolicy;
+
+/// What a release did: whether `emptyCache` ran, and the bytes each device got back.
+#[derive(Debug, Default)]
+pub(crate) struct Released {
+    pub ran: bool,
+    pub per_device: Vec<(DeviceId, u64)>,
+}
+
+/// Applies `policy` at the exit of a scope that allocated on `used` (accelerator devices);
+/// `outermost` says whether no scope encloses it on this thread.
+pub(crate) fn run(policy: ReleasePolicy, outermost: bool, used: &[DeviceId]) -> Released {
+    if accelerator().is_none() || used.is_empty() {
+        return Released::default();
+    }
+    let stats = |d: &DeviceId| memory::device_stats(d.index()).unwrap_or_default();
+    let unused = |d: &DeviceId| {
+        let s = stats(d);
+        s.reserved.saturating_sub(s.allocated)
+    };
+    let run = match policy {
+        ReleasePolicy::Never => false,
+        ReleasePolicy::Always => true,
+        ReleasePolicy::Outermost => outermost && used.iter().any(|d| unused(d) > 0),
+        ReleasePolicy::Above(limit) => used.iter().any(|d| unused(d) > limit),
+    };
+    if !run {
+        return Released::default();
+    }
+    let before: Vec<u64> = used.iter().map(|d| stats(d).reserved).collect();
+    // SAFETY: no arguments.
+    let ran = crate::ffi::check(unsafe { crate::ffi::gs_empty_cache() }).is_ok();
+    let per_device = used
+        .iter()
+        .zip(before)
+        .map(|(d, before)| (*d, before.saturating_sub(stats(d).reserved)))
+        .collect();
+    Released { ran, per_device }
+}
