@@ -189,3 +189,61 @@ fn grad_off_inside_unless_kept() {
     .unwrap();
     assert!(!off);
 }
+
+#[test]
+fn exiting_an_outer_scope_first_ends_the_inner_one_into_it() {
+    let _serial = common::serial();
+    let before = gpu_scope::__introspect::ledger_state();
+    let outer = Scope::enter(strict("outer")).unwrap();
+    let inner = Scope::enter(strict("inner")).unwrap();
+    let t = floats(3);
+    let report = outer.exit(&t).unwrap();
+    assert_eq!(
+        report.kept, 12,
+        "the inner scope's block was handed to the outer one"
+    );
+    match inner.exit(&()) {
+        Err(Error::EndedByEnclosing { scope }) => assert_eq!(scope, "inner"),
+        other => panic!("expected EndedByEnclosing, got {other:?}"),
+    }
+    assert_eq!(
+        gpu_scope::__introspect::ledger_state().frames,
+        before.frames
+    );
+}
+
+#[test]
+fn a_scope_forgotten_on_a_thread_that_ends_leaves_nothing_behind() {
+    let _serial = common::serial();
+    let before = gpu_scope::__introspect::ledger_state();
+    std::thread::spawn(|| {
+        let scope = Scope::enter(strict("forgotten")).unwrap();
+        drop(floats(4));
+        std::mem::forget(scope);
+    })
+    .join()
+    .unwrap();
+    let after = gpu_scope::__introspect::ledger_state();
+    assert_eq!(
+        (after.frames, after.entries),
+        (before.frames, before.entries)
+    );
+}
+
+#[test]
+fn an_out_of_range_device_index_is_named_not_truncated() {
+    let err =
+        Scope::enter(ScopeOptions::new("huge").device(tch::Device::Cuda(1 << 32))).unwrap_err();
+    assert!(err.to_string().contains("cuda:4294967296"), "{err}");
+}
+
+#[test]
+fn a_leak_over_budget_says_both_in_its_headline() {
+    let err = scope(strict("both").max_peak(10), || std::mem::forget(floats(8))).unwrap_err();
+    let headline = err.to_string().lines().next().unwrap().to_owned();
+    assert!(
+        headline.contains("escaped") && headline.contains("budget"),
+        "{headline}"
+    );
+    assert_eq!(err.report().unwrap().status(), "escaped, over budget");
+}

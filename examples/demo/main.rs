@@ -63,13 +63,25 @@ fn parse() -> Result<run::Config, String> {
     if cfg.rounds == 0 || cfg.batch <= 0 {
         return Err("--rounds and --batch must be at least 1".to_owned());
     }
+    // A missing device is one clear line here, not a libtorch dispatcher dump later.
+    gpu_scope::memory_stats(cfg.device).map_err(|e| e.to_string())?;
+    if let Some(trace) = &cfg.trace {
+        let dir = trace.parent().filter(|d| !d.as_os_str().is_empty());
+        if dir.is_some_and(|d| !d.is_dir()) {
+            return Err(format!(
+                "--trace {}: the folder {} does not exist",
+                trace.display(),
+                dir.unwrap().display()
+            ));
+        }
+    }
     cfg.progress &= cfg.rounds > 5;
     Ok(cfg)
 }
 
 fn main() {
     let cfg = parse().unwrap_or_else(|e| {
-        eprintln!("error: {e}");
+        eprintln!("error: {}", e.trim_start_matches("gpu-scope: "));
         std::process::exit(2);
     });
     let result = run::run(&cfg, &mut std::io::stdout());

@@ -24,10 +24,13 @@
 #include <string>
 #include <vector>
 
+// Exported by libtorch_cpu; declared in headers that need much more (ideep, autograd).
 namespace at::native {
-// Exported by libtorch_cpu; declared in a header that needs ideep.
 void* data_ptr_from_mkldnn(const at::Tensor& mkldnn_tensor);
 }  // namespace at::native
+namespace torch::autograd {
+int get_current_graph_task_id();  // -1 outside autograd's backward pass
+}  // namespace torch::autograd
 
 namespace {
 
@@ -55,8 +58,6 @@ thread_local int op_depth = 0;
 thread_local const char* op_name = nullptr;
 thread_local uint64_t allocs_seen = 0;
 thread_local uint64_t allocs_at_op_start = 0;
-// Depth of autograd's backward nodes running on this thread.
-thread_local int backward_depth = 0;
 // The requested size of the block the backend's tracker announced last on this thread; the
 // caching allocator reports the same block right after, with its block size.
 thread_local uintptr_t pending_ptr = 0;
@@ -66,11 +67,12 @@ thread_local bool probing = false;
 thread_local bool probe_seen = false;
 
 std::atomic<bool> tracker_attached{false};
+bool try_attach_tracker();
 std::atomic<uint64_t> empty_cache_calls{0};
 
 int made_flags() {
   return (c10::GradMode::is_enabled() ? 0 : GS_MADE_GRAD_OFF) |
-         (backward_depth > 0 ? GS_MADE_IN_BACKWARD : 0);
+         (torch::autograd::get_current_graph_task_id() != -1 ? GS_MADE_IN_BACKWARD : 0);
 }
 
 int device_index(c10::Device d) { return d.has_index() ? d.index() : -1; }
@@ -136,6 +138,10 @@ void Reporter::reportMemoryUsage(void* ptr, int64_t size, size_t, size_t, c10::D
     return;
   }
   if (size > 0) {
+    // The allocator is initialized now (it just allocated): the tracker can attach. This runs
+    // under the allocator's (recursive) device lock; try_attach_tracker never waits for a lock
+    // another allocating thread could hold.
+    if (!tracker_attached.load(std::memory_order_relaxed)) try_attach_tracker();
     size_t requested = 0;
     if (pending_ptr == reinterpret_cast<uintptr_t>(ptr)) requested = pending_requested;
     pending_ptr = 0;
@@ -254,19 +260,13 @@ void on_op_end(const at::RecordFunction& fn, at::ObserverContext*) {
   op_name = nullptr;
 }
 
-std::unique_ptr<at::ObserverContext> on_backward_start(const at::RecordFunction&) {
-  ++backward_depth;
-  return nullptr;
-}
-
-void on_backward_end(const at::RecordFunction&, at::ObserverContext*) { --backward_depth; }
-
 bool try_attach_tracker() {
   if (tracker_attached.load()) return true;
   const gpu_scope::Backend* b = gpu_scope::backend();
   if (b == nullptr || b->attach_tracker == nullptr) return false;
   static std::mutex once;
-  std::lock_guard<std::mutex> lock(once);
+  std::unique_lock<std::mutex> lock(once, std::try_to_lock);
+  if (!lock.owns_lock()) return false;  // another thread is attaching: it will be attached
   if (!tracker_attached.load() && b->attach_tracker(&on_trace)) tracker_attached.store(true);
   return tracker_attached.load();
 }
@@ -333,11 +333,11 @@ int gs_install(void) noexcept {
   });
 }
 
-int gs_thread_enter(const void* owner, int operators, uint64_t* callbacks,
+int gs_thread_enter(const void* owner, int operators, uint64_t* callback,
                     int* stepped_aside) noexcept {
   return protect([&] {
     thread_local std::shared_ptr<Reporter> reporter = std::make_shared<Reporter>(owner);
-    callbacks[0] = callbacks[1] = 0;
+    *callback = 0;
     *stepped_aside = 0;
     c10::DebugInfoBase* top = slot();
     if (top == nullptr) {
@@ -348,23 +348,18 @@ int gs_thread_enter(const void* owner, int operators, uint64_t* callbacks,
     }
     thread_owner = owner;
     try_attach_tracker();
-    auto backward = at::RecordFunctionCallback(&on_backward_start, &on_backward_end)
-                        .scopes({at::RecordScope::BACKWARD_FUNCTION});
-    callbacks[0] = at::addThreadLocalCallback(backward);
     if (operators != 0) {
       auto ops = at::RecordFunctionCallback(&on_op_start, &on_op_end)
                      .needsOutputs(true)
                      .scopes({at::RecordScope::FUNCTION});
-      callbacks[1] = at::addThreadLocalCallback(ops);
+      *callback = at::addThreadLocalCallback(ops);
     }
   });
 }
 
-int gs_thread_leave(const uint64_t* callbacks) noexcept {
+int gs_thread_leave(uint64_t callback) noexcept {
   return protect([&] {
-    for (int i = 0; i < 2; ++i) {
-      if (callbacks[i] != 0) at::removeCallback(callbacks[i]);
-    }
+    if (callback != 0) at::removeCallback(callback);
     // Pop only our own reporter: a profiler started inside the scope may sit on top of it,
     // and then it stays below until a later scope finds it on top.
     if (as_reporter(slot()) != nullptr) {
@@ -373,7 +368,6 @@ int gs_thread_leave(const uint64_t* callbacks) noexcept {
     thread_owner = nullptr;
     op_depth = 0;
     op_name = nullptr;
-    backward_depth = 0;
     try_attach_tracker();
   });
 }

@@ -21,7 +21,7 @@ typedef void (*gs_deleter)(void*);
 
 // What libtorch was doing when it allocated (the `flags` of gs_rust_on_alloc).
 #define GS_MADE_GRAD_OFF 1
-#define GS_MADE_IN_BACKWARD 2
+#define GS_MADE_IN_BACKWARD 2  // autograd's engine was running a backward pass
 
 // A storage that a tensor owns (see gs_tensor_storages).
 typedef struct {
@@ -48,13 +48,13 @@ void gs_last_error(const char** message, size_t* len) GS_NOEXCEPT;
 // Wraps the CPU allocator (once per process).
 int gs_install(void) GS_NOEXCEPT;
 // The thread's first scope opens: installs its reporter (unless a profiler holds the slot:
-// then *stepped_aside = 1) and its operator callbacks (attribution when `operators`; backward
-// tagging always). `owner` identifies the thread's Rust state; the reporter keeps a reference.
-// `callbacks` receives two handles.
-int gs_thread_enter(const void* owner, int operators, uint64_t* callbacks,
+// then *stepped_aside = 1) and, when `operators`, the operator callback of attribution (its
+// handle in *callback, else 0). `owner` identifies the thread's Rust state; the reporter keeps
+// a reference.
+int gs_thread_enter(const void* owner, int operators, uint64_t* callback,
                     int* stepped_aside) GS_NOEXCEPT;
 // The thread's last scope closes: removes what gs_thread_enter installed.
-int gs_thread_leave(const uint64_t* callbacks) GS_NOEXCEPT;
+int gs_thread_leave(uint64_t callback) GS_NOEXCEPT;
 int gs_set_grad_enabled(int enabled, int* previous) GS_NOEXCEPT;
 // The storages a tensor owns, whatever its layout (dense, sparse, MKLDNN), and its gradient's;
 // at most `cap` in `out`, their number in *n.

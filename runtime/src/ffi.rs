@@ -32,10 +32,10 @@ extern "C" {
     fn gs_thread_enter(
         owner: *const c_void,
         operators: c_int,
-        callbacks: *mut u64,
+        callback: *mut u64,
         stepped_aside: *mut c_int,
     ) -> c_int;
-    fn gs_thread_leave(callbacks: *const u64) -> c_int;
+    fn gs_thread_leave(callback: u64) -> c_int;
     pub(crate) fn gs_set_grad_enabled(enabled: c_int, previous: *mut c_int) -> c_int;
     pub(crate) fn gs_tensor_storages(
         tensor: *const c_void,
@@ -97,7 +97,7 @@ pub(crate) fn torch(status: c_int) -> Result<(), Error> {
 /// What `thread_enter` installed on a thread.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ThreadHooks {
-    callbacks: [u64; 2],
+    callback: u64,
     /// A libtorch profiler held the reporting slot: accelerator allocations on this thread
     /// are not seen while it does.
     pub stepped_aside: bool,
@@ -112,7 +112,7 @@ pub(crate) fn thread_enter(owner: &std::sync::Arc<Owner>) -> Result<ThreadHooks,
         .clone()
         .map_err(Error::Torch)?;
     let mut hooks = ThreadHooks {
-        callbacks: [0; 2],
+        callback: 0,
         stepped_aside: false,
     };
     let mut aside = 0;
@@ -123,7 +123,7 @@ pub(crate) fn thread_enter(owner: &std::sync::Arc<Owner>) -> Result<ThreadHooks,
         gs_thread_enter(
             std::sync::Arc::as_ptr(owner).cast(),
             operators,
-            hooks.callbacks.as_mut_ptr(),
+            &mut hooks.callback,
             &mut aside,
         )
     })?;
@@ -141,7 +141,7 @@ pub(crate) fn thread_enter(owner: &std::sync::Arc<Owner>) -> Result<ThreadHooks,
 pub(crate) fn thread_leave(hooks: ThreadHooks) {
     // SAFETY: the handles from `thread_enter`. Removing only fails if libtorch is broken, and
     // then nothing better than leaving the hooks in place can be done.
-    let _ = check(unsafe { gs_thread_leave(hooks.callbacks.as_ptr()) });
+    let _ = check(unsafe { gs_thread_leave(hooks.callback) });
 }
 
 /// The device backend linked into this build: "cuda", "fake-cuda", ... or "" for none.

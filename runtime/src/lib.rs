@@ -10,6 +10,7 @@ mod device;
 mod error;
 mod ffi;
 mod future;
+mod grad;
 mod hooks;
 mod ledger;
 mod lifecycle;

@@ -19,7 +19,7 @@ use crate::release::{self, Released};
 use crate::report::{self, DeviceReport, Escape, Held, HeldBy, ScopeReport, Untracked};
 use crate::tensors::StorageSet;
 use crate::thread::{self, Token};
-use crate::{ffi, policy, Error};
+use crate::{grad, policy, Error};
 use std::ffi::c_int;
 use std::sync::{Arc, LazyLock};
 use std::time::Instant;
@@ -44,13 +44,6 @@ pub(crate) struct OpenScope {
     /// A thread it ran on could not install its reporter (a libtorch profiler held the slot).
     stepped_aside: bool,
     closed: bool,
-}
-
-fn set_grad(enabled: c_int) -> c_int {
-    let mut previous = 1;
-    // SAFETY: a thread-local flag and a plain out-pointer.
-    let _ = ffi::check(unsafe { ffi::gs_set_grad_enabled(enabled, &mut previous) });
-    previous
 }
 
 impl OpenScope {
@@ -79,7 +72,7 @@ impl OpenScope {
     fn place(&mut self, owned: bool) -> Result<(), Error> {
         let token = thread::push(self.frame.clone(), owned)?;
         self.stepped_aside |= thread::stepped_aside();
-        let grad = (!self.opts.keep_grad_mode).then(|| set_grad(0));
+        let grad = (!self.opts.keep_grad_mode).then(grad::off);
         self.placed = Some(Placed { token, grad });
         Ok(())
     }
@@ -88,7 +81,7 @@ impl OpenScope {
     pub(crate) fn suspend(&mut self) {
         if let Some(placed) = self.placed.take() {
             if let Some(previous) = placed.grad {
-                set_grad(previous);
+                grad::restore(previous);
             }
             thread::pop(placed.token);
         }
@@ -123,7 +116,7 @@ impl OpenScope {
     fn end(&mut self, kept: StorageSet, check: bool) -> ScopeReport {
         self.closed = true;
         if let Some(previous) = self.placed.as_mut().and_then(|p| p.grad.take()) {
-            set_grad(previous);
+            grad::restore(previous);
         }
         let (above, enclosing) = match &self.placed {
             Some(p) => thread::around(p.token),

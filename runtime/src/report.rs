@@ -202,10 +202,10 @@ fn micros<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
 }
 
 impl ScopeReport {
-    /// Whether the scope ended clean: nothing escaped, the budget held, and every device's
-    /// allocations could be seen.
+    /// Whether the scope ended clean: nothing escaped, the budget held, every device's
+    /// allocations could be seen, and every kept value could be inspected.
     pub fn is_clean(&self) -> bool {
-        !self.failed() && self.untracked.is_empty()
+        !self.failed() && self.untracked.is_empty() && self.held_by(HeldBy::Uninspected) == 0
     }
 
     /// Whether the escape policy applies: something escaped or the budget was exceeded.
@@ -228,14 +228,15 @@ impl ScopeReport {
     }
 
     /// One word for the outcome: `clean`, `escaped`, `over budget`, `escaped, over budget`,
-    /// `not tracked` or `not checked`.
+    /// `not tracked`, `not inspected` or `not checked`.
     pub fn status(&self) -> &'static str {
         match (self.checked, self.escaped.is_empty(), self.over_budget()) {
             (false, ..) => "not checked",
             (true, false, true) => "escaped, over budget",
             (true, false, false) => "escaped",
             (true, true, true) => "over budget",
-            (true, true, false) if !self.untracked.is_empty() => "not tracked",
+            _ if !self.untracked.is_empty() => "not tracked",
+            _ if self.held_by(HeldBy::Uninspected) > 0 => "not inspected",
             _ => "clean",
         }
     }

@@ -212,6 +212,10 @@ leaf!(
     Duration,
     tch::Device,
     tch::Kind,
+    crate::DeviceId,
+    crate::ScopeHandle,
+    crate::ScopeReport,
+    crate::MemoryStats,
 );
 
 macro_rules! fields {

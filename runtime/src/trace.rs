@@ -20,16 +20,21 @@ const NOT_USER: [&str; 14] = [
     "atg_",
 ];
 
-/// gpu-scope's own frames (the Rust runtime and the shim's allocator wrapper and reporter),
-/// dropped from the listing.
-const OURS: [&str; 6] = [
-    "backtrace::",
+/// Marks of gpu-scope's own frames: the capture, the hook that took it and the shim's
+/// allocator wrapper or reporter that called the hook.
+const OURS: [&str; 5] = [
     "gpu_scope_runtime::",
-    "gs_",
-    "(anonymous namespace)::TrackingAllocator",
-    "(anonymous namespace)::Reporter",
-    "(anonymous namespace)::on_trace",
+    "gs_rust_",
+    "TrackingAllocator",
+    "Reporter::reportMemoryUsage",
+    "runtime/shim/",
 ];
+
+/// Whether a symbol (or, for `<T as Trait>::f`, its type) starts with one of `prefixes`.
+fn starts_with_any(name: &str, prefixes: &[&str]) -> bool {
+    let name = name.trim_start_matches('<');
+    prefixes.iter().any(|p| name.starts_with(p))
+}
 
 pub(crate) fn format(mut bt: backtrace::Backtrace) -> String {
     bt.resolve();
@@ -43,17 +48,19 @@ pub(crate) fn format(mut bt: backtrace::Backtrace) -> String {
                 (Some(file), Some(line)) => format!("{}:{line}", file.display()),
                 _ => String::new(),
             };
-            if !OURS.iter().any(|p| name.starts_with(p)) {
-                frames.push((name, at));
-            }
+            frames.push((name, at));
         }
     }
-    let user = frames
-        .iter()
-        .position(|(name, _)| !NOT_USER.iter().any(|p| name.starts_with(p)));
+    // Everything up to the shim's allocator wrapper (or reporter) is gpu-scope's own.
+    let ours =
+        |(name, at): &(String, String)| OURS.iter().any(|m| name.contains(m) || at.contains(m));
+    let start = frames.iter().take(32).rposition(ours).map_or(0, |i| i + 1);
+    let frames = &frames[start..];
     let mut out = String::new();
-    if let Some(i) = user {
-        let (name, at) = &frames[i];
+    if let Some((name, at)) = frames
+        .iter()
+        .find(|(name, _)| !starts_with_any(name, &NOT_USER))
+    {
         let _ = writeln!(out, "allocated in {name} {at}");
     }
     for (i, (name, at)) in frames.iter().enumerate() {

@@ -38,3 +38,25 @@ pub fn assert_one_escape(report: &ScopeReport, n: i64) {
     assert_eq!(e.shape.as_deref(), Some(&[n][..]), "{report}");
     assert_eq!(e.dtype, Some("Float"));
 }
+
+/// Set in a child process started by [`child`].
+pub const CHILD: &str = "GPU_SCOPE_TEST_CHILD";
+
+/// Whether this process is a child started by [`child`].
+pub fn in_child() -> bool {
+    std::env::var_os(CHILD).is_some()
+}
+
+/// Runs the test `name` of this test binary again in a child process with `envs` set (and
+/// [`CHILD`]), for what must be seen from outside: stderr, environment variables, a fresh
+/// process. The test itself does its work when [`in_child`].
+pub fn child(name: &str, envs: &[(&str, &str)]) -> std::process::Output {
+    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1");
+    for (k, v) in envs {
+        command.env(k, v);
+    }
+    command.output().unwrap()
+}

@@ -1,0 +1,132 @@
+//! Work handed to other threads and tasks: a scope carried there with `current()` sees what
+//! is allocated and leaked there; an async scope polled under different enclosing scopes
+//! keeps exact, never underflowing accounts.
+mod common;
+
+use common::{escaped, floats, strict};
+use gpu_scope::{scope, Scope};
+use std::future::Future;
+use std::sync::Mutex;
+use std::task::{Context, Poll};
+use tch::Tensor;
+
+static SINK: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
+
+#[test]
+fn a_scope_carried_to_a_thread_sees_its_leak() {
+    let report = escaped(scope(strict("carried"), || {
+        let here = gpu_scope::current().expect("inside a scope");
+        std::thread::spawn(move || {
+            here.in_scope(|| {
+                drop(floats(100));
+                SINK.lock().unwrap().push(floats(7));
+            })
+        })
+        .join()
+        .unwrap();
+    }));
+    assert_eq!(report.escaped.len(), 1, "{report}");
+    assert_eq!(report.escaped_bytes, 28);
+    assert_eq!(report.freed, 400, "what the thread freed counts too");
+    SINK.lock().unwrap().clear();
+}
+
+#[test]
+fn work_on_a_thread_without_the_handle_is_not_charged() {
+    let (_, report) = scope(strict("not-carried"), || {
+        std::thread::spawn(|| SINK.lock().unwrap().push(floats(9)))
+            .join()
+            .unwrap();
+    })
+    .unwrap();
+    assert_eq!(report.allocated, 0, "{report}");
+    SINK.lock().unwrap().clear();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scope_carried_into_spawned_tasks_sees_their_leaks() {
+    let scope = Scope::enter(strict("tasks")).unwrap();
+    let here = gpu_scope::current().unwrap();
+    let blocking = here.clone();
+    tokio::task::spawn_blocking(move || blocking.in_scope(|| SINK.lock().unwrap().push(floats(3))))
+        .await
+        .unwrap();
+    tokio::spawn(here.instrument(async {
+        tokio::task::yield_now().await;
+        SINK.lock().unwrap().push(floats(5));
+    }))
+    .await
+    .unwrap();
+    let report = escaped(scope.exit(&()));
+    let mut sizes: Vec<u64> = report.escaped.iter().map(|e| e.bytes).collect();
+    sizes.sort();
+    assert_eq!(sizes, [12, 20], "{report}");
+    SINK.lock().unwrap().clear();
+}
+
+#[test]
+fn a_handle_outliving_its_scope_tracks_nothing() {
+    let (handle, _) = scope(strict("short"), || gpu_scope::current().unwrap()).unwrap();
+    assert!(!handle.is_open());
+    let t = handle.in_scope(|| floats(4));
+    assert_eq!(t.size(), [4]);
+}
+
+fn noop_context() -> Context<'static> {
+    Context::from_waker(std::task::Waker::noop())
+}
+
+/// A task that allocates on each poll, keeping only its latest tensor.
+struct Task {
+    polls: usize,
+    last: Option<Tensor>,
+}
+
+impl Future for Task {
+    type Output = Tensor;
+    fn poll(mut self: std::pin::Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Tensor> {
+        self.polls -= 1;
+        self.last = Some(floats(16));
+        if self.polls == 0 {
+            Poll::Ready(self.last.take().unwrap())
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+/// Regression: a frame loop (one scope per frame) polls a task whose own scope was thus
+/// re-entered under a different enclosing scope each time; the enclosing scopes' live bytes
+/// underflowed (a debug build aborted in the allocator callback; a release build reported a
+/// peak near 2^64 and a false over-budget error).
+#[test]
+fn an_async_scope_polled_under_a_new_frame_each_time_keeps_exact_accounts() {
+    let opts = strict("task");
+    let mut task = Box::pin(gpu_scope::__private::ScopeFuture::enter(
+        opts,
+        Task {
+            polls: 5,
+            last: None,
+        },
+    ));
+    let mut done = None;
+    for frame in 0..5 {
+        let (_, report) = scope(strict("frame").max_peak(1 << 20), || {
+            drop(floats(4));
+            if let Poll::Ready(output) = task.as_mut().poll(&mut noop_context()) {
+                done = Some(output);
+            }
+        })
+        .unwrap_or_else(|e| panic!("frame {frame}: {e}"));
+        assert!(report.peak < 1 << 20, "frame {frame}: {report}");
+        assert!(report.is_clean(), "frame {frame}: {report}");
+    }
+    let (value, finish) = done.expect("the task finished");
+    let mut kept = gpu_scope::StorageSet::new();
+    kept.add_tensor(&value);
+    finish.exit(kept);
+    let report = gpu_scope::last_report().unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!((report.allocated, report.kept), (5 * 64, 64), "{report}");
+    assert_eq!(gpu_scope::__introspect::ledger_state().frames, 0);
+}

@@ -1,0 +1,174 @@
+//! Kept values of every kind are inspected, or said not to be: locks held elsewhere are waited
+//! for or reported as not inspected (never guessed empty), tensors of every layout are kept by
+//! what they own, tch's own types and the std containers implement `Tensors`, and
+//! `keep_forever` takes memory out of every scope.
+mod common;
+
+use common::{floats, strict};
+use gpu_scope::{keep_forever, scope, HeldBy};
+use std::collections::LinkedList;
+use std::sync::{Arc, Mutex, RwLock};
+use tch::nn::{self, Module};
+use tch::{Device, Kind, Tensor};
+
+#[test]
+fn a_mutex_held_briefly_by_another_thread_is_waited_for() {
+    let cache = Arc::new(Mutex::new(Vec::new()));
+    let holder = cache.clone();
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let mut other = None;
+    let (_, report) = scope(strict("briefly-locked"), || {
+        cache.lock().unwrap().push(floats(10));
+        other = Some(std::thread::spawn(move || {
+            let _guard = holder.lock().unwrap();
+            locked_tx.send(()).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }));
+        locked_rx.recv().unwrap();
+        cache.clone()
+    })
+    .unwrap();
+    other.unwrap().join().unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.kept, 40);
+}
+
+#[test]
+fn a_mutex_the_exiting_thread_holds_is_not_called_escaped() {
+    let cache = Mutex::new(Vec::new());
+    let scope = gpu_scope::Scope::enter(strict("held-at-exit")).unwrap();
+    let mut guard = cache.lock().unwrap();
+    guard.push(floats(20));
+    let report = scope.exit(&cache).unwrap();
+    assert!(report.escaped.is_empty(), "{report}");
+    assert_eq!(report.held_by(HeldBy::Uninspected), 80, "{report}");
+    assert_eq!(report.status(), "not inspected");
+    assert!(!report.is_clean());
+    assert!(
+        report.to_string().contains("could not be inspected"),
+        "{report}"
+    );
+    drop(guard);
+}
+
+#[test]
+fn a_write_locked_rwlock_is_not_called_escaped() {
+    let cache = RwLock::new(Vec::new());
+    let scope = gpu_scope::Scope::enter(strict("rwlock")).unwrap();
+    let mut guard = cache.write().unwrap();
+    guard.push(floats(5));
+    let report = scope.exit(&cache).unwrap();
+    assert!(report.escaped.is_empty(), "{report}");
+    assert_eq!(report.held_by(HeldBy::Uninspected), 20);
+    drop(guard);
+}
+
+#[test]
+fn sparse_and_mkldnn_tensors_are_kept_by_what_they_own() {
+    let (_coo, report) = scope(strict("coo"), || {
+        Tensor::eye(64, (Kind::Float, Device::Cpu)).to_sparse_sparse_dim(2)
+    })
+    .unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert!(report.kept > 0);
+    let (_csr, report) = scope(strict("csr"), || {
+        Tensor::eye(64, (Kind::Float, Device::Cpu)).to_sparse_csr(None)
+    })
+    .unwrap();
+    assert!(report.is_clean(), "{report}");
+    let (_mkldnn, report) = scope(strict("mkldnn"), || {
+        Tensor::ones([64, 64], (Kind::Float, Device::Cpu)).to_mkldnn()
+    })
+    .unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert!(report.kept >= 64 * 64 * 4, "{report}");
+}
+
+#[test]
+fn std_containers_and_tch_types_are_kept() {
+    let (_list, report) = scope(strict("list"), || {
+        let mut list = LinkedList::new();
+        list.push_back(floats(3));
+        list
+    })
+    .unwrap();
+    assert_eq!(report.kept, 12);
+    let ((vs, seq), report) = scope(strict("seq"), || {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let seq = nn::seq().add(nn::linear(vs.root() / "l", 8, 2, Default::default()));
+        let _ = seq.forward(&Tensor::ones([1, 8], (Kind::Float, Device::Cpu)));
+        (vs, seq)
+    })
+    .unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.kept, 4 * (8 * 2 + 2));
+    drop((vs, seq));
+    let (_norms, report) = scope(strict("norms"), || {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let gn = nn::group_norm(vs.root() / "g", 2, 4, Default::default());
+        let ct = nn::conv_transpose2d(vs.root() / "c", 4, 4, 3, Default::default());
+        (gn, ct)
+    })
+    .unwrap();
+    assert!(report.is_clean(), "{report}");
+}
+
+/// tch keeps a Sequential's tensors private: returned without its VarStore, its memory is
+/// not judged rather than called escaped.
+#[test]
+fn a_sequential_without_its_var_store_is_not_inspected_rather_than_escaped() {
+    let (seq, report) = scope(strict("seq-alone"), || {
+        let vs = nn::VarStore::new(Device::Cpu);
+        nn::seq().add(nn::linear(vs.root(), 8, 2, Default::default()))
+    })
+    .unwrap();
+    assert!(report.escaped.is_empty(), "{report}");
+    assert_eq!(report.held_by(HeldBy::Uninspected), 4 * (8 * 2 + 2));
+    drop(seq);
+}
+
+static LIBRARY_CACHE: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
+
+fn cached_embedding() -> Tensor {
+    let mut cache = LIBRARY_CACHE.lock().unwrap();
+    if cache.is_empty() {
+        let t = floats(64);
+        keep_forever(&t);
+        cache.push(t);
+    }
+    cache[0].shallow_clone()
+}
+
+#[test]
+fn keep_forever_leaves_every_enclosing_scope() {
+    let (_, outer) = scope(strict("outer"), || {
+        let (_, inner) = scope(strict("inner"), || drop(cached_embedding())).unwrap();
+        assert!(inner.is_clean(), "{inner}");
+    })
+    .unwrap();
+    assert!(outer.is_clean(), "{outer}");
+    assert_eq!(
+        outer.allocated, 256,
+        "still counted as work done in the scope"
+    );
+}
+
+#[test]
+fn keep_hands_a_value_to_the_enclosing_scope_only() {
+    let err = scope(strict("outer"), || {
+        let (_, inner) = scope(strict("inner"), || {
+            let t = floats(8);
+            gpu_scope::keep(&t);
+            LIBRARY_CACHE.lock().unwrap().push(t);
+        })
+        .unwrap();
+        assert!(inner.is_clean(), "{inner}");
+    })
+    .unwrap_err();
+    assert_eq!(
+        err.report().unwrap().escaped_bytes,
+        32,
+        "the outer scope checks it"
+    );
+    LIBRARY_CACHE.lock().unwrap().pop();
+}

@@ -1,0 +1,149 @@
+//! What users see without asking: escapes under `warn` reach stderr when no `tracing`
+//! subscriber is installed (without flooding), bad environment values are reported once, no
+//! libtorch warning is caused by tracking, and backtraces start at the user's code. Each test
+//! runs in a child process to see its stderr and environment.
+mod common;
+
+use common::{child, floats, in_child, strict};
+use gpu_scope::{scope, EscapePolicy, ScopeOptions};
+use std::sync::Mutex;
+use tch::{Device, Kind, Tensor};
+
+static SINK: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
+
+fn leak_once(policy: Option<EscapePolicy>) {
+    let mut opts = ScopeOptions::new("leaky");
+    if let Some(p) = policy {
+        opts = opts.on_escape(p);
+    }
+    let _ = scope(opts, || SINK.lock().unwrap().push(floats(8)));
+}
+
+#[test]
+fn warn_without_a_subscriber_writes_stderr_without_flooding() {
+    if in_child() {
+        for _ in 0..9 {
+            leak_once(Some(EscapePolicy::Warn));
+        }
+        return;
+    }
+    let out = child(
+        "warn_without_a_subscriber_writes_stderr_without_flooding",
+        &[],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        stderr.matches("escaped scope `leaky`").count(),
+        1,
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("[8] Float"),
+        "the first report is in full: {stderr}"
+    );
+    let again: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("failed its check again"))
+        .collect();
+    assert_eq!(again.len(), 3, "at the 2nd, 4th and 8th leak: {stderr}");
+    assert!(again[2].contains("8 times"), "{stderr}");
+}
+
+#[test]
+fn the_policy_variable_is_honoured_and_a_bad_value_is_reported_once() {
+    if in_child() {
+        leak_once(None);
+        leak_once(None);
+        return;
+    }
+    let name = "the_policy_variable_is_honoured_and_a_bad_value_is_reported_once";
+    let out = child(name, &[("GPU_SCOPE_ON_ESCAPE", "ignore")]);
+    assert!(
+        out.status.success(),
+        "ignore: no panic even in a debug build"
+    );
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("escaped"));
+
+    let out = child(name, &[("GPU_SCOPE_ON_ESCAPE", "garbage")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.matches("GPU_SCOPE_ON_ESCAPE=\"garbage\"").count(),
+        1,
+        "{stderr}"
+    );
+    assert!(stderr.contains("panic, warn, ignore"), "{stderr}");
+    assert!(
+        !out.status.success(),
+        "the default (panic in a debug build) applies"
+    );
+
+    let out = child(name, &[("GPU_SCOPE_ON_ESCAPE", "error")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("on_escape = error"),
+        "says how to get it: {stderr}"
+    );
+
+    let out = child(name, &[("GPU_SCOPE_OPERATORS", "maybe")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("GPU_SCOPE_OPERATORS=\"maybe\""), "{stderr}");
+}
+
+/// Keeping a tensor that has an autograd graph used to read `.grad` of non-leaf tensors,
+/// which makes libtorch warn on stderr at every exit.
+#[test]
+fn keeping_a_tensor_with_a_graph_is_silent() {
+    if in_child() {
+        let w = Tensor::ones([4], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+        for _ in 0..3 {
+            let (y, report) = scope(strict("graph").keep_grad_mode(true), || &w * 2).unwrap();
+            assert!(y.requires_grad());
+            assert!(report.is_clean(), "{report}");
+        }
+        return;
+    }
+    let out = child("keeping_a_tensor_with_a_graph_is_silent", &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains(".grad attribute"), "{stderr}");
+    assert!(!stderr.contains("[W"), "{stderr}");
+}
+
+#[inline(never)]
+fn allocate_here() -> Tensor {
+    floats(12)
+}
+
+#[test]
+fn backtraces_start_at_the_users_code() {
+    if in_child() {
+        let report = common::escaped(scope(strict("traced"), || {
+            SINK.lock().unwrap().push(allocate_here())
+        }));
+        println!("{report}");
+        return;
+    }
+    let out = child(
+        "backtraces_start_at_the_users_code",
+        &[("GPU_SCOPE_BACKTRACE", "1")],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let first = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("allocated in"))
+        .unwrap_or_else(|| panic!("no backtrace: {stdout}"));
+    assert!(
+        first.contains("output::"),
+        "the user's frame first: {stdout}"
+    );
+    let top = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("0:"))
+        .unwrap();
+    assert!(
+        top.contains("at::"),
+        "gpu-scope's own frames dropped: {stdout}"
+    );
+    assert!(!stdout.contains("_ZN"), "C++ names demangled: {stdout}");
+}
