@@ -111,3 +111,36 @@ fn an_error_inside_a_nested_scope_hands_its_live_tensors_to_the_outer_one() {
     let report = outer.exit(&()).unwrap();
     assert_eq!((report.allocated, report.freed), (16, 16));
 }
+
+#[test]
+fn exiting_an_outer_scope_first_ends_the_inner_one_into_it() {
+    let _serial = serial();
+    let before = ledger_state();
+    let outer = Scope::enter(strict("outer")).unwrap();
+    let inner = Scope::enter(strict("inner")).unwrap();
+    let t = floats(3);
+    let report = outer.exit(&t).unwrap();
+    assert_eq!(
+        report.kept, 12,
+        "the inner scope's block was handed to the outer one"
+    );
+    match inner.exit(&()) {
+        Err(Error::EndedByEnclosing { scope }) => assert_eq!(scope, "inner"),
+        other => panic!("expected EndedByEnclosing, got {other:?}"),
+    }
+    assert_eq!(ledger_state(), before);
+}
+
+#[test]
+fn a_scope_forgotten_on_a_thread_that_ends_leaves_nothing_behind() {
+    let _serial = serial();
+    let before = ledger_state();
+    std::thread::spawn(|| {
+        let scope = Scope::enter(strict("forgotten")).unwrap();
+        drop(floats(4));
+        std::mem::forget(scope);
+    })
+    .join()
+    .unwrap();
+    assert_eq!(ledger_state(), before);
+}

@@ -4,7 +4,7 @@
 //! `keep_forever` takes memory out of every scope.
 mod common;
 
-use common::{floats, strict};
+use common::{block, floats, on, strict};
 use gpu_scope::{keep_forever, scope, HeldBy};
 use std::collections::LinkedList;
 use std::sync::{Arc, Mutex, RwLock};
@@ -30,7 +30,7 @@ fn a_mutex_held_briefly_by_another_thread_is_waited_for() {
     .unwrap();
     other.unwrap().join().unwrap();
     assert!(report.is_clean(), "{report}");
-    assert_eq!(report.kept, 40);
+    assert_eq!(on(&report).kept, block(40));
 }
 
 #[test]
@@ -41,7 +41,7 @@ fn a_mutex_the_exiting_thread_holds_is_not_called_escaped() {
     guard.push(floats(20));
     let report = scope.exit(&cache).unwrap();
     assert!(report.escaped.is_empty(), "{report}");
-    assert_eq!(report.held_by(HeldBy::Uninspected), 80, "{report}");
+    assert_eq!(report.held_by(HeldBy::Uninspected), block(80), "{report}");
     assert_eq!(report.status(), "not inspected");
     assert!(!report.is_clean());
     assert!(
@@ -59,7 +59,7 @@ fn a_write_locked_rwlock_is_not_called_escaped() {
     guard.push(floats(5));
     let report = scope.exit(&cache).unwrap();
     assert!(report.escaped.is_empty(), "{report}");
-    assert_eq!(report.held_by(HeldBy::Uninspected), 20);
+    assert_eq!(report.held_by(HeldBy::Uninspected), block(20));
     drop(guard);
 }
 
@@ -92,7 +92,7 @@ fn std_containers_and_tch_types_are_kept() {
         list
     })
     .unwrap();
-    assert_eq!(report.kept, 12);
+    assert_eq!(on(&report).kept, block(12));
     let ((vs, seq), report) = scope(strict("seq"), || {
         let vs = nn::VarStore::new(Device::Cpu);
         let seq = nn::seq().add(nn::linear(vs.root() / "l", 8, 2, Default::default()));
@@ -148,7 +148,8 @@ fn keep_forever_leaves_every_enclosing_scope() {
     .unwrap();
     assert!(outer.is_clean(), "{outer}");
     assert_eq!(
-        outer.allocated, 256,
+        on(&outer).allocated,
+        block(256),
         "still counted as work done in the scope"
     );
 }
@@ -167,7 +168,7 @@ fn keep_hands_a_value_to_the_enclosing_scope_only() {
     .unwrap_err();
     assert_eq!(
         err.report().unwrap().escaped_bytes,
-        32,
+        block(32),
         "the outer scope checks it"
     );
     LIBRARY_CACHE.lock().unwrap().pop();

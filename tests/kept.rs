@@ -1,6 +1,6 @@
 //! What a scope hands back is never reported as escaped.
 mod common;
-use common::{floats, strict};
+use common::{block, device, floats, on, strict};
 use gpu_scope::{keep, scope, Scope};
 use tch::nn::{self, Module};
 use tch::{Device, Tensor};
@@ -16,8 +16,8 @@ fn clean<T>(
 #[test]
 fn returned_tensor() {
     let (_t, report) = clean(scope(strict("ret"), || floats(10)));
-    assert_eq!(report.kept, 40);
-    assert_eq!(report.allocated, 40);
+    assert_eq!(on(&report).kept, block(40));
+    assert_eq!(on(&report).allocated, block(40));
 }
 
 #[test]
@@ -30,7 +30,8 @@ fn returned_containers() {
             [floats(5)],
         )
     }));
-    assert_eq!(report.kept, 4 * 15);
+    let expected: u64 = [4, 8, 12, 16, 20].into_iter().map(block).sum();
+    assert_eq!(on(&report).kept, expected);
 }
 
 #[test]
@@ -42,8 +43,8 @@ fn kept_by_hand() {
         outer.push(t);
         drop(floats(1000));
     }));
-    assert_eq!(report.kept, 100);
-    assert_eq!(report.freed, 4000);
+    assert_eq!(on(&report).kept, block(100));
+    assert_eq!(on(&report).freed, block(4000));
 }
 
 #[test]
@@ -54,7 +55,8 @@ fn growing_mut_argument_is_a_root() {
         cache.push(floats(8));
         let report = guard.exit(&cache).unwrap();
         assert_eq!(
-            report.kept, 32,
+            on(&report).kept,
+            block(32),
             "step {step}: only this step's block is new"
         );
     }
@@ -70,10 +72,11 @@ fn views_and_in_place_ops_on_outer_tensors() {
         let _ = outer.view([10, 10]);
     }));
     assert_eq!(
-        report.allocated, 400,
+        on(&report).allocated,
+        block(400),
         "only the temporary operand is new: {report}"
     );
-    assert_eq!(report.freed, 400);
+    assert_eq!(on(&report).freed, block(400));
 }
 
 #[test]
@@ -86,12 +89,12 @@ fn outer_tensor_dropped_inside() {
 #[test]
 fn var_store_built_inside_and_returned() {
     let ((vs, model), report) = clean(scope(strict("varstore"), || {
-        let vs = nn::VarStore::new(Device::Cpu);
+        let vs = nn::VarStore::new(device());
         let model = nn::linear(vs.root(), 16, 4, Default::default());
-        let _ = model.forward(&Tensor::ones([2, 16], (tch::Kind::Float, Device::Cpu)));
+        let _ = model.forward(&Tensor::ones([2, 16], (tch::Kind::Float, device())));
         (vs, model)
     }));
-    assert_eq!(report.kept, 4 * (16 * 4 + 4));
+    assert_eq!(on(&report).kept, block(4 * 16 * 4) + block(4 * 4));
     assert_eq!(vs.variables().len(), 2);
     drop(model);
 }
@@ -105,9 +108,10 @@ fn thousands_of_temporaries() {
         }
         acc
     }));
-    assert_eq!(report.kept, 64);
-    assert_eq!(report.allocated - report.freed, 64);
-    assert!(report.allocations >= 10_000);
+    let r = on(&report);
+    assert_eq!(r.kept, block(64));
+    assert_eq!(r.allocated - r.freed, block(64));
+    assert!(r.allocations >= 10_000);
 }
 
 #[test]
@@ -116,7 +120,7 @@ fn shallow_clone_shares_storage() {
         let t = floats(10);
         t.shallow_clone()
     }));
-    assert_eq!(report.kept, 40);
+    assert_eq!(on(&report).kept, block(40));
 }
 
 #[test]

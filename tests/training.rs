@@ -3,7 +3,7 @@
 //! escaped; a real leak next to them is still found; and autograd off names `keep_grad`.
 mod common;
 
-use common::{child, escaped, in_child, strict};
+use common::{block, child, device, escaped, in_child, strict};
 use gpu_scope::{scope, HeldBy, ScopeOptions};
 use std::sync::Mutex;
 use tch::nn::{self, Module, OptimizerConfig};
@@ -20,11 +20,11 @@ struct Setup {
 }
 
 fn setup(opt: impl OptimizerConfig) -> Setup {
-    let vs = nn::VarStore::new(Device::Cpu);
+    let vs = nn::VarStore::new(device());
     let model = nn::linear(vs.root(), 16, 4, Default::default());
     let opt = opt.build(&vs, 1e-3).unwrap();
-    let x = Tensor::randn([8, 16], (Kind::Float, Device::Cpu));
-    let y = Tensor::randn([8, 4], (Kind::Float, Device::Cpu));
+    let x = Tensor::randn([8, 16], (Kind::Float, device()));
+    let y = Tensor::randn([8, 4], (Kind::Float, device()));
     Setup {
         _vs: vs,
         model,
@@ -34,8 +34,10 @@ fn setup(opt: impl OptimizerConfig) -> Setup {
     }
 }
 
-/// Parameter bytes of the 16 → 4 linear layer.
-const PARAMS: u64 = 4 * (16 * 4 + 4);
+/// Parameter bytes (blocks) of the 16 → 4 linear layer.
+fn params() -> u64 {
+    block(4 * 16 * 4) + block(4 * 4)
+}
 
 fn train(s: &mut Setup, leak: bool) -> Result<gpu_scope::ScopeReport, gpu_scope::Error> {
     let opts = strict("train").keep_grad_mode(true);
@@ -47,7 +49,7 @@ fn train(s: &mut Setup, leak: bool) -> Result<gpu_scope::ScopeReport, gpu_scope:
             LEAKED
                 .lock()
                 .unwrap()
-                .push(Tensor::zeros([32], (Kind::Float, Device::Cpu)));
+                .push(Tensor::zeros([32], (Kind::Float, device())));
         }
     })
     .map(|(_, r)| r)
@@ -59,8 +61,8 @@ fn adam_steps_are_clean_and_say_what_they_keep() {
     for step in 0..3 {
         let r = train(&mut s, false).unwrap();
         assert!(r.is_clean(), "step {step}: {r}");
-        assert_eq!(r.held_by(HeldBy::Gradient), PARAMS, "step {step}: {r}");
-        let state = if step == 0 { 2 * PARAMS } else { 0 };
+        assert_eq!(r.held_by(HeldBy::Gradient), params(), "step {step}: {r}");
+        let state = if step == 0 { 2 * params() } else { 0 };
         assert_eq!(r.held_by(HeldBy::OptimizerState), state, "step {step}: {r}");
     }
     let table = train(&mut s, false).unwrap().to_string();
@@ -90,8 +92,8 @@ fn a_leak_next_to_a_training_step_is_found() {
     let mut s = setup(nn::Adam::default());
     let r = escaped(train(&mut s, true));
     assert_eq!(r.escaped.len(), 1, "{r}");
-    assert_eq!(r.escaped_bytes, 128);
-    assert_eq!(r.held_by(HeldBy::OptimizerState), 2 * PARAMS, "{r}");
+    assert_eq!(r.escaped_bytes, block(128));
+    assert_eq!(r.held_by(HeldBy::OptimizerState), 2 * params(), "{r}");
     LEAKED.lock().unwrap().clear();
 }
 

@@ -3,7 +3,7 @@
 // defines gpu_scope::backend(), chosen by build.rs:
 //   cuda_backend.cpp  libtorch has CUDA and the CUDA headers were found;
 //   cuda_load.cpp     libtorch has CUDA, no CUDA headers: only keeps libtorch_cuda loaded;
-//   fake_cuda.cpp     the fake CUDA device of the tests (feature `fake-cuda`);
+//   fake_cuda/        the fake CUDA device of the tests (feature `fake-cuda`);
 //   no_backend.cpp    a CPU-only libtorch.
 #pragma once
 #include <c10/core/CachingDeviceAllocator.h>
@@ -19,8 +19,9 @@ struct Backend {
   const char* name;
   // Attaches `tracker` to the caching allocator of every device; false (and nothing attached)
   // while the allocator is not initialized yet, so the caller retries later. The allocator calls
-  // the tracker on the calling thread, under its lock, for every ALLOC (size: requested bytes),
-  // FREE_REQUESTED and FREE_COMPLETED (size: block bytes), SEGMENT_ALLOC and SEGMENT_FREE.
+  // the tracker on the calling thread, under its lock, for every ALLOC, FREE_REQUESTED and
+  // FREE_COMPLETED (size: requested bytes, as libtorch 2.11 does), SEGMENT_ALLOC and
+  // SEGMENT_FREE.
   // May be null: frees on threads outside scopes then go unseen.
   bool (*attach_tracker)(c10::CachingDeviceAllocator::AllocatorTraceTracker tracker);
   // Calls `visit` for each block that a library keeps allocated on purpose (cuBLAS and

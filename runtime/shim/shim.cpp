@@ -41,6 +41,9 @@ int protect(F&& f) noexcept {
   try {
     f();
     return 0;
+  } catch (const c10::Error& e) {
+    // msg(), not what(): the message may hold NUL bytes (a device index printed as a char).
+    last_error = e.msg();
   } catch (const std::exception& e) {
     last_error = e.what();
   } catch (...) {
@@ -80,11 +83,12 @@ int device_index(c10::Device d) { return d.has_index() ? d.index() : -1; }
 // --- The reporter -------------------------------------------------------------------------
 
 // Receives the accelerator caching allocator's reports on a thread inside a scope (and on the
-// intra-op and autograd threads that inherit its debug info). libtorch's profiler static_casts
-// whatever sits in the PROFILER_STATE slot to ProfilerStateBase, so the reporter is one, with a
-// disabled configuration: a profiler started inside a scope sees no profiler running and pushes
-// its own state on top. Memory profiling is off, so the CPU allocator's own reporter stays idle
-// (no size table, no "unknown size" warnings).
+// intra-op and autograd threads that inherit its debug info). libtorch's profiler code
+// static_casts whatever sits in the PROFILER_STATE slot to ProfilerStateBase, so the reporter is
+// one, with a disabled configuration: code asking whether a profiler runs is told no, and a
+// profiler asked to start while the reporter holds the slot refuses cleanly ("already enabled")
+// instead of misreading it. Memory profiling is off, so the CPU allocator's own reporter stays
+// idle (no size table, no "unknown size" warnings).
 struct Reporter final : torch::profiler::impl::ProfilerStateBase {
   explicit Reporter(const void* owner)
       : ProfilerStateBase(torch::profiler::impl::ProfilerConfig(
@@ -357,6 +361,10 @@ int gs_thread_enter(const void* owner, int operators, uint64_t* callback,
   });
 }
 
+int gs_attach_tracker(int* attached) noexcept {
+  return protect([&] { *attached = try_attach_tracker() ? 1 : 0; });
+}
+
 int gs_thread_leave(uint64_t callback) noexcept {
   return protect([&] {
     if (callback != 0) at::removeCallback(callback);
@@ -441,6 +449,14 @@ int gs_reset_peak(int dev_index) noexcept {
     if (accelerator_initialized()) {
       at::accelerator::resetPeakStats(static_cast<c10::DeviceIndex>(dev_index));
     }
+  });
+}
+
+int gs_memory_info(int dev_index, uint64_t* free_bytes, uint64_t* total_bytes) noexcept {
+  return protect([&] {
+    auto [free, total] = at::accelerator::getMemoryInfo(static_cast<c10::DeviceIndex>(dev_index));
+    *free_bytes = free;
+    *total_bytes = total;
   });
 }
 

@@ -53,6 +53,9 @@ int gs_install(void) GS_NOEXCEPT;
 // a reference.
 int gs_thread_enter(const void* owner, int operators, uint64_t* callback,
                     int* stepped_aside) GS_NOEXCEPT;
+// Attaches gpu-scope's tracker to the backend's allocator if that is initialized; *attached
+// says whether it is attached now.
+int gs_attach_tracker(int* attached) GS_NOEXCEPT;
 // The thread's last scope closes: removes what gs_thread_enter installed.
 int gs_thread_leave(uint64_t callback) GS_NOEXCEPT;
 int gs_set_grad_enabled(int enabled, int* previous) GS_NOEXCEPT;
@@ -69,6 +72,8 @@ int gs_device_stats(int dev_index, int64_t* allocated, int64_t* reserved,
 int gs_device_stats_unchecked(int dev_index, int64_t* allocated, int64_t* reserved,
                               int64_t* peak) GS_NOEXCEPT;
 int gs_reset_peak(int dev_index) GS_NOEXCEPT;
+// The driver's free and total memory of accelerator device `dev_index`.
+int gs_memory_info(int dev_index, uint64_t* free_bytes, uint64_t* total_bytes) GS_NOEXCEPT;
 // Calls visit(ctx, ptr, dev_index, kind) for each library workspace alive now.
 int gs_workspaces(void (*visit)(void* ctx, const void* ptr, int dev_index, const char* kind),
                   void* ctx) GS_NOEXCEPT;

@@ -44,3 +44,11 @@ pub fn accelerator_stats_error(dev_index: i32) -> Option<String> {
     })
     .err()
 }
+
+/// The driver's (free, total) memory of accelerator device `index`.
+pub fn device_memory(index: i32) -> Result<(u64, u64), crate::Error> {
+    let (mut free, mut total) = (0, 0);
+    // SAFETY: plain out-pointers.
+    crate::ffi::torch(unsafe { crate::ffi::gs_memory_info(index, &mut free, &mut total) })?;
+    Ok((free, total))
+}

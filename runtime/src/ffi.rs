@@ -36,6 +36,7 @@ extern "C" {
         stepped_aside: *mut c_int,
     ) -> c_int;
     fn gs_thread_leave(callback: u64) -> c_int;
+    fn gs_attach_tracker(attached: *mut c_int) -> c_int;
     pub(crate) fn gs_set_grad_enabled(enabled: c_int, previous: *mut c_int) -> c_int;
     pub(crate) fn gs_tensor_storages(
         tensor: *const c_void,
@@ -60,6 +61,7 @@ extern "C" {
         peak: *mut i64,
     ) -> c_int;
     pub(crate) fn gs_reset_peak(dev_index: c_int) -> c_int;
+    pub(crate) fn gs_memory_info(dev_index: c_int, free: *mut u64, total: *mut u64) -> c_int;
     pub(crate) fn gs_workspaces(visit: WorkspaceVisitor, ctx: *mut c_void) -> c_int;
     pub(crate) fn gs_clear_workspaces() -> c_int;
     pub(crate) fn gs_autocast_clear(cleared: *mut c_int) -> c_int;
@@ -142,6 +144,20 @@ pub(crate) fn thread_leave(hooks: ThreadHooks) {
     // SAFETY: the handles from `thread_enter`. Removing only fails if libtorch is broken, and
     // then nothing better than leaving the hooks in place can be done.
     let _ = check(unsafe { gs_thread_leave(hooks.callback) });
+}
+
+/// Attaches the allocator tracker (which sees every free, and says what each block was
+/// requested for) as soon as the accelerator is initialized; a no-op once attached.
+pub(crate) fn attach_tracker() {
+    static ATTACHED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if ATTACHED.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    let mut attached: c_int = 0;
+    // SAFETY: a plain out-pointer.
+    if check(unsafe { gs_attach_tracker(&mut attached) }).is_ok() && attached != 0 {
+        ATTACHED.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// The device backend linked into this build: "cuda", "fake-cuda", ... or "" for none.

@@ -19,7 +19,7 @@ use crate::release::{self, Released};
 use crate::report::{self, DeviceReport, Escape, Held, HeldBy, ScopeReport, Untracked};
 use crate::tensors::StorageSet;
 use crate::thread::{self, Token};
-use crate::{grad, policy, Error};
+use crate::{ffi, grad, policy, Error};
 use std::ffi::c_int;
 use std::sync::{Arc, LazyLock};
 use std::time::Instant;
@@ -53,6 +53,7 @@ impl OpenScope {
             check_device(device)?;
         }
         LazyLock::force(&EPOCH);
+        ffi::attach_tracker();
         let mut scope = OpenScope {
             frame: Frame::open(),
             started: Instant::now(),

@@ -1,7 +1,59 @@
 //! Helpers shared by the behaviour tests.
 #![allow(dead_code)]
-use gpu_scope::{Error, EscapePolicy, ScopeOptions, ScopeReport};
+use gpu_scope::{DeviceReport, Error, EscapePolicy, ScopeOptions, ScopeReport};
 use tch::{Device, Kind, Tensor};
+
+/// The device the engine tests run on: `GPU_SCOPE_TEST_DEVICE` (`cpu`, `cuda`, `cuda:N`);
+/// by default `cuda:0` in a `--features fake-cuda` build, else the CPU.
+pub fn device() -> Device {
+    static DEVICE: std::sync::OnceLock<Device> = std::sync::OnceLock::new();
+    *DEVICE.get_or_init(|| {
+        let default = if cfg!(feature = "fake-cuda") {
+            "cuda"
+        } else {
+            "cpu"
+        };
+        let name = std::env::var("GPU_SCOPE_TEST_DEVICE").unwrap_or_else(|_| default.to_owned());
+        let device = match name.as_str() {
+            "cpu" => Device::Cpu,
+            "cuda" => Device::Cuda(0),
+            other => match other.strip_prefix("cuda:").and_then(|i| i.parse().ok()) {
+                Some(i) => Device::Cuda(i),
+                None => panic!("GPU_SCOPE_TEST_DEVICE={other:?}: write cpu, cuda or cuda:N"),
+            },
+        };
+        // Initialise the device first, as a program would have before its scopes: the
+        // allocator's tracker (which says what each block was requested for) attaches at
+        // the first allocation (tests/gpu_fresh.rs covers a first use inside a scope). On a
+        // thread of its own: the first call may come from inside a scope.
+        std::thread::spawn(move || drop(Tensor::zeros([1], (Kind::Float, device))))
+            .join()
+            .unwrap();
+        device
+    })
+}
+
+/// The block that the test device's allocator hands out for a request of `bytes`: the
+/// request itself on the CPU; at least 512 B and a multiple of 512 B from the CUDA caching
+/// allocator (for requests up to 1 MiB).
+pub fn block(bytes: u64) -> u64 {
+    match device() {
+        Device::Cpu => bytes,
+        _ => bytes.max(1).div_ceil(512) * 512,
+    }
+}
+
+/// The report's row for the test device (zeros if the scope did not allocate there). On the
+/// fake CUDA device operators also make CPU temporaries, so tests compare this row.
+pub fn on(report: &ScopeReport) -> DeviceReport {
+    let wanted = gpu_scope::DeviceId::from(device());
+    report
+        .devices
+        .iter()
+        .find(|d| d.device == Some(wanted))
+        .cloned()
+        .unwrap_or_default()
+}
 
 /// Serialises the tests of one test binary that count the process-wide ledger.
 pub fn serial() -> std::sync::MutexGuard<'static, ()> {
@@ -9,14 +61,23 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A CPU tensor of `n` floats: exactly one allocation of `4 * n` bytes.
+/// A tensor of `n` floats on the test device: exactly one allocation there, of `4 * n` bytes
+/// requested ([`block`] of it).
 pub fn floats(n: i64) -> Tensor {
+    Tensor::zeros([n], (Kind::Float, device()))
+}
+
+/// A CPU tensor of `n` floats whatever the test device: exactly one allocation of `4 * n`
+/// bytes, for tests of byte-exact report contents.
+pub fn cpu_floats(n: i64) -> Tensor {
     Tensor::zeros([n], (Kind::Float, Device::Cpu))
 }
 
-/// Options that return escapes as errors instead of panicking.
+/// Options that return escapes as errors instead of panicking. (Also initialises the test
+/// device, before the scope opens.)
 #[track_caller]
 pub fn strict(name: &'static str) -> ScopeOptions {
+    device();
     ScopeOptions::new(name).on_escape(EscapePolicy::Error)
 }
 
@@ -28,13 +89,20 @@ pub fn escaped<T: std::fmt::Debug>(result: Result<T, Error>) -> ScopeReport {
     }
 }
 
-/// Asserts that `report` lists exactly one escaped CPU allocation of `n` floats.
+/// Asserts that `report` lists exactly one escaped allocation of `n` floats, on the test
+/// device, with its block and requested sizes.
 pub fn assert_one_escape(report: &ScopeReport, n: i64) {
+    let bytes = 4 * n as u64;
     assert_eq!(report.escaped.len(), 1, "{report}");
     let e = &report.escaped[0];
-    assert_eq!(e.bytes, 4 * n as u64, "{report}");
-    assert_eq!(report.escaped_bytes, 4 * n as u64);
-    assert!(e.device.is_cpu());
+    assert_eq!(
+        (e.bytes, e.requested),
+        (block(bytes), Some(bytes)),
+        "{report}"
+    );
+    assert_eq!(report.escaped_bytes, block(bytes));
+    assert_eq!(report.escaped_requested, bytes);
+    assert_eq!(e.device, gpu_scope::DeviceId::from(device()));
     assert_eq!(e.shape.as_deref(), Some(&[n][..]), "{report}");
     assert_eq!(e.dtype, Some("Float"));
 }

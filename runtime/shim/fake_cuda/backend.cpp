@@ -39,5 +39,6 @@ const gpu_scope::Backend* gpu_scope::backend() {
   fc::link_device();
   fc::link_kernels();
   fc::link_workspace();
+  fc::link_probes();
   return &kFakeCuda;
 }

@@ -128,8 +128,12 @@ struct FakeCudaGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return 0.0;
   }
   bool queryStream(const c10::Stream& /*stream*/) const override { return true; }
-  void synchronizeStream(const c10::Stream& /*stream*/) const override {}
-  void synchronizeDevice(const c10::DeviceIndex /*device_index*/) const override {}
+  void synchronizeStream(const c10::Stream& /*stream*/) const override {
+    count_synchronization();
+  }
+  void synchronizeDevice(const c10::DeviceIndex /*device_index*/) const override {
+    count_synchronization();
+  }
   void recordDataPtrOnStream(const c10::DataPtr& /*data_ptr*/,
                              const c10::Stream& /*stream*/) const override {}
 

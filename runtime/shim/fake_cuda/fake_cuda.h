@@ -39,11 +39,15 @@ void for_each_workspace(void (*visit)(void* ctx, const void* ptr, int device), v
 size_t workspace_count();
 void clear_workspaces();
 
+// Counts a device or stream synchronization (probes.cpp).
+void count_synchronization();
+
 // Empty functions, one per translation unit whose static registrations must run. backend.cpp
 // refers to all of them: the linker only pulls the objects of a static library that something
 // references, and gpu_scope::backend() is what the rest of the shim references.
 void link_device();
 void link_kernels();
 void link_workspace();
+void link_probes();
 
 }  // namespace gpu_scope::fake_cuda

@@ -1,0 +1,295 @@
+//! What a scope does on a CUDA device: library workspaces and autocast's cache held on purpose,
+//! block and requested sizes, reports and release per device, no synchronize, the profiler
+//! left alone, an allocator that reports nothing said to be "not tracked". On the fake CUDA
+//! device (`bash .ci/fake-cuda`) or a real GPU; elsewhere each test says why it is skipped.
+mod common;
+
+use common::{child, escaped, in_child, strict};
+use gpu_scope::{memory_stats, scope, DeviceId, HeldBy, ReleasePolicy, ScopeOptions};
+use std::sync::Mutex;
+use tch::nn::{self, Module};
+use tch::{Device, Kind, Tensor};
+
+static SINK: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
+
+/// The CUDA devices of this process, or `None` (after saying why) when there are none.
+fn cuda(needed: usize) -> Option<usize> {
+    let info = gpu_scope::device_info();
+    if info.devices < needed {
+        println!(
+            "skipped: needs {needed} CUDA device(s), this process has {} (backend `{}`)",
+            info.devices, info.backend
+        );
+        return None;
+    }
+    Some(info.devices)
+}
+
+fn fake() -> bool {
+    gpu_scope::device_info().backend == "fake-cuda"
+}
+
+fn floats(n: i64, device: usize) -> Tensor {
+    Tensor::zeros([n], (Kind::Float, Device::Cuda(device)))
+}
+
+#[cfg(feature = "fake-cuda")]
+extern "C" {
+    fn gs_fake_cuda_synchronizations() -> u64;
+    fn gs_test_profiler_start(profile_memory: i32) -> i32;
+    fn gs_test_profiler_stop() -> i64;
+}
+
+#[test]
+fn reports_give_block_and_requested_bytes() {
+    let _serial = common::serial();
+    if cuda(1).is_none() {
+        return;
+    }
+    let r = escaped(scope(strict("sizes"), || {
+        SINK.lock().unwrap().push(floats(100, 0))
+    }));
+    SINK.lock().unwrap().clear();
+    let e = &r.escaped[0];
+    assert_eq!((e.bytes, e.requested), (512, Some(400)), "{r}");
+    assert_eq!((r.escaped_bytes, r.escaped_requested), (512, 400));
+    let table = r.to_string();
+    assert!(table.contains("requested"), "{table}");
+    assert!(table.contains("allocator blocks"), "{table}");
+    let json: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+    assert_eq!(json["escaped"][0]["requested"], 400);
+    assert_eq!(json["escaped"][0]["bytes"], 512);
+}
+
+/// The first matrix product of a thread makes a cuBLAS workspace that libtorch keeps: shown
+/// on its own line, never an escape; a real leak beside it is still found.
+#[test]
+fn library_workspaces_are_held_not_escaped() {
+    let _serial = common::serial();
+    if cuda(1).is_none() {
+        return;
+    }
+    // Workspaces belong to pooled library handles: give back those of earlier threads.
+    gpu_scope::clear_workspaces().unwrap();
+    std::thread::spawn(|| {
+        let a = Tensor::ones([32, 32], (Kind::Float, Device::Cuda(0)));
+        let (_, r) = scope(strict("first-matmul"), || drop(a.matmul(&a))).unwrap();
+        let held = r.held_by(HeldBy::Workspace("cuBLAS workspace"));
+        assert!(r.is_clean() && held > 0, "{r}");
+        if fake() {
+            assert_eq!(held, 4 << 20, "{r}");
+        }
+        assert!(r.to_string().contains("cuBLAS workspace"), "{r}");
+        let (_, again) = scope(strict("second-matmul"), || drop(a.matmul(&a))).unwrap();
+        assert_eq!(again.held_by(HeldBy::Workspace("cuBLAS workspace")), 0);
+        let leak = escaped(scope(strict("leak"), || {
+            SINK.lock().unwrap().push(a.matmul(&a))
+        }));
+        assert_eq!(leak.escaped.len(), 1, "{leak}");
+        SINK.lock().unwrap().clear();
+        let before = memory_stats(Device::Cuda(0)).unwrap().allocated;
+        gpu_scope::clear_workspaces().unwrap();
+        let after = memory_stats(Device::Cuda(0)).unwrap().allocated;
+        assert!(after < before, "clear_workspaces gives them back");
+    })
+    .join()
+    .unwrap();
+}
+
+#[test]
+fn reports_and_release_are_per_device() {
+    let _serial = common::serial();
+    if cuda(2).is_none() {
+        return;
+    }
+    gpu_scope::empty_cache(Device::Cuda(0)).unwrap();
+    let baseline: Vec<u64> = (0..2)
+        .map(|d| memory_stats(Device::Cuda(d)).unwrap().reserved)
+        .collect();
+    let r = escaped(scope(strict("two-devices"), || {
+        drop(floats(1 << 20, 0));
+        drop(floats(1 << 20, 1));
+        SINK.lock().unwrap().push(floats(10, 1));
+    }));
+    SINK.lock().unwrap().clear();
+    let names: Vec<String> = r
+        .devices
+        .iter()
+        .flat_map(|d| d.device)
+        .map(|d| d.to_string())
+        .collect();
+    assert!(
+        names.contains(&"cuda:0".into()) && names.contains(&"cuda:1".into()),
+        "{r}"
+    );
+    assert_eq!(r.escaped[0].device.to_string(), "cuda:1");
+    let row = |name: &str| {
+        r.devices
+            .iter()
+            .find(|d| d.device.is_some_and(|x| x.to_string() == name))
+            .unwrap()
+    };
+    assert_eq!(row("cuda:1").escaped, 512);
+    assert_eq!(row("cuda:0").escaped, 0);
+    assert!(row("cuda:0").cache_released >= 4 << 20, "{r}");
+    assert!(row("cuda:1").cache_released >= 4 << 20, "{r}");
+    let reserved = |d| memory_stats(Device::Cuda(d)).unwrap().reserved;
+    assert_eq!(reserved(0), baseline[0]);
+    assert_eq!(
+        reserved(1),
+        baseline[1] + (2 << 20),
+        "only the escaped block's small segment"
+    );
+    assert!(r.to_string().contains("cuda:1"));
+}
+
+/// The default release runs at the outermost exit only, only when the scope allocated on the
+/// device, and never synchronizes the device.
+#[test]
+fn release_and_synchronize_only_when_needed() {
+    let _serial = common::serial();
+    if cuda(1).is_none() {
+        return;
+    }
+    let calls = gpu_scope::__introspect::empty_cache_calls;
+    #[cfg(feature = "fake-cuda")]
+    // SAFETY: reads a counter.
+    let syncs = || unsafe { gs_fake_cuda_synchronizations() };
+    #[cfg(not(feature = "fake-cuda"))]
+    let syncs = || 0;
+    let (c0, s0) = (calls(), syncs());
+    for _ in 0..1000 {
+        scope(strict("cpu-only"), || drop(common::cpu_floats(16))).unwrap();
+    }
+    assert_eq!(calls(), c0, "no device allocation: no emptyCache");
+    scope(strict("outer"), || {
+        for _ in 0..1000 {
+            scope(strict("inner"), || drop(floats(1024, 0))).unwrap();
+        }
+    })
+    .unwrap();
+    assert_eq!(calls() - c0, 1, "once, when the outermost scope ended");
+    let (_, never) = scope(strict("never").release(ReleasePolicy::Never), || {
+        drop(floats(1 << 20, 0))
+    })
+    .unwrap();
+    assert!(!never.released && never.cache_released == 0);
+    let (_, above) = scope(
+        strict("above").release(ReleasePolicy::Above(1 << 30)),
+        || drop(floats(1 << 20, 0)),
+    )
+    .unwrap();
+    assert!(!above.released, "4 MiB unused is under the 1 GiB threshold");
+    assert_eq!(syncs(), s0, "gpu-scope never synchronizes the device");
+}
+
+/// autocast caches lower-precision copies of weights; a scope inside an autocast region clears
+/// that cache on exit and shows what it held, instead of calling it escaped.
+#[test]
+fn autocast_cache_is_not_an_escape() {
+    let _serial = common::serial();
+    if cuda(1).is_none() {
+        return;
+    }
+    let vs = nn::VarStore::new(Device::Cuda(0));
+    let layer = nn::linear(vs.root(), 64, 64, Default::default());
+    let x = Tensor::ones([4, 64], (Kind::Float, Device::Cuda(0)));
+    let (y, r) = tch::autocast(true, || {
+        scope(strict("autocast").keep_grad_mode(true), || {
+            layer.forward(&x).detach()
+        })
+        .unwrap()
+    });
+    assert_eq!(y.kind(), Kind::Half);
+    assert!(r.is_clean(), "{r}");
+    assert!(r.held_by(HeldBy::AutocastCache) > 0, "{r}");
+}
+
+/// A profiler running when a scope opens: the scope steps aside (and says so, once) rather
+/// than pushing its reporter over the profiler's state, and leaves that state alone. A
+/// profiler cannot start while a scope is open on the thread (libtorch refuses, cleanly): the
+/// scope is unaffected and the profiler starts once the scope has ended.
+#[cfg(feature = "fake-cuda")]
+#[test]
+fn a_running_profiler_is_never_disturbed() {
+    if in_child() {
+        // SAFETY: FFI probes of the fake build.
+        unsafe {
+            assert_eq!(gs_test_profiler_start(1), 0);
+            let (_, r) = scope(strict("under-profiler"), || drop(floats(100, 0))).unwrap();
+            assert_eq!(r.status(), "not tracked", "{r}");
+            assert!(r.to_string().contains("profiler held"), "{r}");
+            let (_, again) = scope(strict("again"), || drop(floats(100, 0))).unwrap();
+            assert_eq!(again.status(), "not tracked");
+            assert!(
+                gs_test_profiler_stop() > 0,
+                "the profiler's state and events are intact"
+            );
+
+            let inner = gpu_scope::Scope::enter(strict("refuses-a-profiler")).unwrap();
+            assert_eq!(
+                gs_test_profiler_start(0),
+                -1,
+                "libtorch refuses inside a scope"
+            );
+            // The scope's reporter was not displaced, and the refused profiler left nothing.
+            let kept = floats(10, 0);
+            let r = inner.exit(&kept).unwrap();
+            assert!(r.is_clean(), "{r}");
+            assert_eq!(r.kept, 512);
+            assert_eq!(gs_test_profiler_start(0), 0, "after the scope it starts");
+            assert!(gs_test_profiler_stop() > 0);
+        }
+        return;
+    }
+    let out = child("a_running_profiler_is_never_disturbed", &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{stderr}\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(
+        stderr.matches("profiler holds").count(),
+        1,
+        "said once: {stderr}"
+    );
+}
+
+/// An allocator backend that reports nothing (cudaMallocAsync, no caching) is detected: the
+/// report says "not tracked" rather than "clean".
+#[test]
+fn an_allocator_that_reports_nothing_is_not_tracked() {
+    if in_child() {
+        let _ = floats(1, 0);
+        let (_, r) = scope(ScopeOptions::new("blind"), || {
+            SINK.lock().unwrap().push(floats(100, 0))
+        })
+        .unwrap();
+        assert!(r.escaped.is_empty());
+        assert_eq!(r.status(), "not tracked", "{r}");
+        assert!(!r.is_clean());
+        assert!(r.to_string().contains("reports nothing"), "{r}");
+        return;
+    }
+    if cuda(1).is_none() {
+        return;
+    }
+    let env = if fake() {
+        ("GPU_SCOPE_FAKE_CUDA_REPORTS", "0")
+    } else {
+        ("PYTORCH_NO_CUDA_MEMORY_CACHING", "1")
+    };
+    let out = child("an_allocator_that_reports_nothing_is_not_tracked", &[env]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[test]
+fn device_ids_print_as_libtorch_names_them() {
+    assert_eq!(DeviceId::from(Device::Cuda(1)).to_string(), "cuda:1");
+    assert_eq!(DeviceId::from(Device::Cpu).to_string(), "cpu");
+}
