@@ -11,10 +11,7 @@ pub use gpu_scope_runtime::{
 
 /// Everything generated code needs, under paths the user cannot shadow. Not public API.
 #[doc(hidden)]
-pub mod __private {
-    pub use gpu_scope_runtime::__private::*;
-    pub use gpu_scope_runtime::{ScopeOptions, StorageSet, Tensors};
-}
+pub use gpu_scope_runtime::__private;
 
 /// gpu-scope's own bookkeeping, for its tests. Not public API.
 #[doc(hidden)]

@@ -1,30 +1,63 @@
 //! `#[derive(Tensors)]`: a struct or enum owns the tensors of its fields.
-use proc_macro2::TokenStream;
+use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{Data, DeriveInput, Field, Fields};
+use syn::{Attribute, Data, DeriveInput, Fields, LitBool, Token};
 
-/// Whether a field carries `#[tensors(skip)]`; any other `tensors` attribute is an error.
-fn skipped(field: &Field) -> syn::Result<bool> {
-    let mut skip = false;
-    for attr in field.attrs.iter().filter(|a| a.path().is_ident("tensors")) {
+const ONLY_SKIP: &str = "the only `tensors` attribute is `#[tensors(skip)]` (or `skip = true | \
+false`), on a field or an enum variant that holds no tensors";
+
+/// Whether `attrs` mark their field or variant `#[tensors(skip)]`; any other `tensors`
+/// attribute is an error at its token.
+fn skipped(attrs: &[Attribute]) -> syn::Result<bool> {
+    let mut skip = None;
+    for attr in attrs.iter().filter(|a| a.path().is_ident("tensors")) {
         attr.parse_nested_meta(|meta| {
-            if meta.path.is_ident("skip") {
-                skip = true;
-                Ok(())
-            } else {
-                Err(meta.error("unknown `tensors` attribute; the only one is `#[tensors(skip)]`"))
+            if !meta.path.is_ident("skip") {
+                return Err(meta.error(ONLY_SKIP));
             }
+            if skip.is_some() {
+                return Err(meta.error("`skip` is given twice; keep one"));
+            }
+            skip = Some(if meta.input.peek(Token![=]) {
+                let value: LitBool = meta.value()?.parse().map_err(|e| {
+                    syn::Error::new(
+                        e.span(),
+                        "write `#[tensors(skip)]` or `skip = true | false`",
+                    )
+                })?;
+                value.value
+            } else {
+                true
+            });
+            Ok(())
         })?;
     }
-    Ok(skip)
+    Ok(skip.unwrap_or(false))
+}
+
+/// `tensors` attributes on the type itself are errors: what to skip is said per field.
+fn on_the_type(attrs: &[Attribute]) -> syn::Result<()> {
+    match attrs.iter().find(|a| a.path().is_ident("tensors")) {
+        Some(attr) => Err(syn::Error::new_spanned(
+            attr,
+            "`#[tensors(...)]` goes on a field or an enum variant, not on the type: mark each \
+             field that holds no tensors `#[tensors(skip)]`, or implement `gpu_scope::Tensors` \
+             by hand with an empty `visit`",
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Binds each visited field of `fields` and returns the pattern and the visit statements.
-fn visit_fields(fields: &Fields) -> syn::Result<(TokenStream, TokenStream)> {
+fn visit_fields(fields: &Fields, set: &syn::Ident) -> syn::Result<(TokenStream, TokenStream)> {
+    let span = Span::mixed_site();
     let mut binds = Vec::new();
     let mut visits = Vec::new();
     for (i, field) in fields.iter().enumerate() {
+        if skipped(&field.attrs)? {
+            continue;
+        }
         let member = match &field.ident {
             Some(name) => quote!(#name),
             None => {
@@ -32,14 +65,11 @@ fn visit_fields(fields: &Fields) -> syn::Result<(TokenStream, TokenStream)> {
                 quote!(#index)
             }
         };
-        if skipped(field)? {
-            continue;
-        }
-        let var = format_ident!("__gpu_scope_f{}", i);
+        let var = format_ident!("__gpu_scope_f{}", i, span = span);
         let ty = &field.ty;
         binds.push(quote!(#member: #var));
         visits.push(quote_spanned! {ty.span()=>
-            <#ty as ::gpu_scope::__private::Tensors>::visit(#var, __gpu_scope_set);
+            <#ty as ::gpu_scope::__private::Tensors>::visit(#var, #set);
         });
     }
     Ok((quote!({ #(#binds,)* .. }), quote!(#(#visits)*)))
@@ -49,11 +79,13 @@ fn visit_fields(fields: &Fields) -> syn::Result<(TokenStream, TokenStream)> {
 /// Output: `impl<T: Tensors> Tensors for M<T> { fn visit(&self, set) { match self { M { a, .. } => a.visit(set) } } }`
 pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
     let input: DeriveInput = syn::parse2(input)?;
+    on_the_type(&input.attrs)?;
     let name = &input.ident;
+    let set = syn::Ident::new("__gpu_scope_set", Span::mixed_site());
     let arms =
         match &input.data {
             Data::Struct(s) => {
-                let (pattern, visits) = visit_fields(&s.fields)?;
+                let (pattern, visits) = visit_fields(&s.fields, &set)?;
                 vec![quote!(#name #pattern => { #visits })]
             }
             Data::Enum(e) => e
@@ -61,8 +93,11 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
                 .iter()
                 .map(|v| {
                     let variant = &v.ident;
-                    let (pattern, visits) = visit_fields(&v.fields)?;
-                    Ok(quote!(#name::#variant #pattern => { #visits }))
+                    let (pattern, visits) = visit_fields(&v.fields, &set)?;
+                    Ok(match skipped(&v.attrs)? {
+                        true => quote!(#name::#variant { .. } => {}),
+                        false => quote!(#name::#variant #pattern => { #visits }),
+                    })
                 })
                 .collect::<syn::Result<_>>()?,
             Data::Union(u) => return Err(syn::Error::new(
@@ -82,7 +117,7 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
         #[automatically_derived]
         impl #impl_generics ::gpu_scope::__private::Tensors for #name #ty_generics #where_clause {
             #[allow(unused_variables)]
-            fn visit(&self, __gpu_scope_set: &mut ::gpu_scope::__private::StorageSet) {
+            fn visit(&self, #set: &mut ::gpu_scope::__private::StorageSet) {
                 #[allow(unreachable_patterns)]
                 match self {
                     #(#arms)*

@@ -1,248 +1,223 @@
-//! `#[gpu_scope]` on a function.
-use crate::options::{FnOptions, Policy};
-use crate::roots;
-use proc_macro2::{Span, TokenStream};
-use quote::{format_ident, quote, quote_spanned, ToTokens};
+//! `#[gpu_scope]` on a function: parse, validate, then rewrite the body.
+use crate::args::{self, Args};
+use crate::expand_options::scope_options;
+use crate::input::{self, ScopedFn};
+use crate::kept::Kept;
+use crate::local::{self, ERROR, EXIT, KEPT, NEVER, RET, SHARED};
+use crate::options::Policy;
+use crate::{rename_self, types, valid};
+use proc_macro2::{Ident, Span, TokenStream};
+use quote::{format_ident, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
-use syn::visit::Visit;
-use syn::{FnArg, Item, ItemFn, Pat, ReturnType, Type};
+use syn::{Block, Expr, ItemFn, ReturnType, Stmt, Type};
 
 pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
-    let options = syn::parse2::<FnOptions>(args);
-    let func = match syn::parse2::<Item>(item.clone()) {
-        Ok(Item::Fn(func)) => func,
-        Ok(other) => return Err(not_a_function(&other.to_token_stream())),
-        Err(_) => return Err(not_a_function(&item)),
-    };
-    let options = options?.0;
-    check(&func, options.policy())?;
-    Ok(rewrite(func, options))
-}
-
-fn not_a_function(item: &TokenStream) -> syn::Error {
-    syn::Error::new_spanned(
-        item.clone().into_iter().take(3).collect::<TokenStream>(),
-        "#[gpu_scope] goes on a function or method with a body; for a block inside a function \
-         write `gpu_scope::scope!({ ... })`",
-    )
-}
-
-fn is_extern(func: &ItemFn) -> bool {
-    func.sig
-        .abi
-        .as_ref()
-        .is_some_and(|abi| abi.name.as_ref().is_none_or(|n| n.value() != "Rust"))
-}
-
-/// Finds `impl Trait` anywhere in a type.
-fn has_impl_trait(ty: &Type) -> bool {
-    struct Finder(bool);
-    impl Visit<'_> for Finder {
-        fn visit_type_impl_trait(&mut self, _: &syn::TypeImplTrait) {
-            self.0 = true;
-        }
-    }
-    let mut f = Finder(false);
-    f.visit_type(ty);
-    f.0
-}
-
-/// Whether a type can annotate a closure's return: no `impl Trait`, no elided lifetimes.
-fn annotatable(ty: &Type) -> bool {
-    struct Finder(bool);
-    impl Visit<'_> for Finder {
-        fn visit_type_impl_trait(&mut self, _: &syn::TypeImplTrait) {
-            self.0 = false;
-        }
-        fn visit_type_reference(&mut self, r: &syn::TypeReference) {
-            if r.lifetime.as_ref().is_none_or(|l| l.ident == "_") {
-                self.0 = false;
-            }
-            syn::visit::visit_type_reference(self, r);
-        }
-        fn visit_lifetime(&mut self, l: &syn::Lifetime) {
-            if l.ident == "_" {
-                self.0 = false;
-            }
-        }
-    }
-    let mut f = Finder(true);
-    f.visit_type(ty);
-    f.0
-}
-
-fn check(func: &ItemFn, policy: Option<Policy>) -> syn::Result<()> {
-    if let Some(c) = &func.sig.constness {
-        return Err(syn::Error::new(
-            c.span,
-            "#[gpu_scope] cannot go on a `const fn`: a scope tracks memory at run time; \
-             remove `const` or the attribute",
-        ));
-    }
-    if policy == Some(Policy::Panic) && is_extern(func) {
-        return Err(syn::Error::new(
-            func.sig.abi.span(),
-            "a panic cannot unwind out of an `extern` function; use `on_escape = warn`, \
-             `on_escape = error` or `on_escape = ignore`",
-        ));
-    }
-    if policy == Some(Policy::Error) {
-        match &func.sig.output {
-            ReturnType::Default => {
-                return Err(syn::Error::new(
-                    func.sig.ident.span(),
-                    "`on_escape = error` makes the function return `Err` on an escape: it must \
-                     return `Result<_, E>` with `E: From<gpu_scope::Error>`",
-                ))
-            }
-            ReturnType::Type(_, ty) if has_impl_trait(ty) => return Err(syn::Error::new_spanned(
-                ty,
-                "`on_escape = error` needs a nameable `Result<_, E>` return type, not `impl Trait`",
-            )),
-            ReturnType::Type(..) => {}
-        }
-    }
-    Ok(())
+    let scoped = input::parse_fn(args, item)?;
+    valid::validate_fn(&scoped)?;
+    Ok(rewrite(scoped))
 }
 
 /// Input:
 /// ```ignore
-/// #[gpu_scope(opts)] fn f(&mut self, a: &mut Cache, mut x: Tensor) -> R { body }
+/// #[gpu_scope(opts)] fn f(&mut self, a: &mut Cache, mut x: Tensor, s: Arc<Shared>) -> R { body }
 /// ```
-/// Output:
+/// Output (`on_escape = panic | warn | ignore`; the runtime applies the policy):
 /// ```ignore
-/// fn f(&mut self, a: &mut Cache, x: Tensor) -> R {
-///     let guard = Scope::enter(opts)?;                  // or panic
-///     let ret: R = (|| -> R { let mut x = x; body })(); // owned arguments die inside
-///     guard.exit(&(ret, self, a))?;                     // or panic/warn per policy
+/// fn f(&mut self, a: &mut Cache, x: Tensor, s: Arc<Shared>) -> R {
+///     let shared = share(&s);                 // a weak handle if `s` is an `Arc` or `Rc`
+///     let exit = Guard::enter(opts);
+///     let ret = run_body(|| {                 // `return` and `?` end the closure
+///         let mut x = x; let s = s;           // owned arguments die inside
+///         if false { let never: R = loop {}; return never; }  // pins the closure's type
+///         body
+///     });
+///     let mut kept = StorageSet::new();
+///     <R as Tensors>::visit(&ret, &mut kept); // R must implement `Tensors`
+///     Root(&self).visit(&mut kept);           // arguments are kept where they implement it
+///     Root(&a).visit(&mut kept);
+///     shared.visit(&mut kept);
+///     exit.exit(kept);
 ///     ret
 /// }
 /// ```
-/// `async fn` runs `async { ... }` inside a `ScopeFuture` instead of the closure.
-fn rewrite(mut func: ItemFn, options: crate::options::Options) -> TokenStream {
-    let policy = options.policy();
+/// `on_escape = error` uses `try_enter`/`try_exit` and returns `Err(From::from(error))` from one
+/// place; `async fn` runs `async { ... }` inside a `ScopeFuture` instead of the closure; a
+/// function returning `!` runs its body inline, as it never returns.
+fn rewrite(ScopedFn { options, mut func }: ScopedFn) -> TokenStream {
+    let span = Span::mixed_site();
     let ident = &func.sig.ident;
-    let default_name = quote!(::core::concat!(
-        ::core::module_path!(),
-        "::",
-        ::core::stringify!(#ident)
-    ));
-    let mut opts = options.build(default_name, policy);
-    if is_extern(&func) {
-        opts = quote!(#opts.cannot_unwind());
-    }
-
-    let mut rebinds = Vec::new();
-    let mut kept = vec![quote!(__gpu_scope_ret)];
-    for (i, arg) in func.sig.inputs.iter_mut().enumerate() {
-        match arg {
-            FnArg::Receiver(r) if r.reference.is_some() => kept.push(quote!(self)),
-            FnArg::Receiver(_) => {}
-            FnArg::Typed(pt) => match (&mut *pt.pat, &*pt.ty) {
-                (Pat::Ident(p), Type::Reference(_)) if p.by_ref.is_none() => {
-                    let name = &p.ident;
-                    kept.push(quote!(#name));
-                }
-                (_, Type::Reference(_)) => {}
-                (Pat::Ident(p), _) if p.by_ref.is_none() && p.subpat.is_none() => {
-                    let mutability = p.mutability.take();
-                    let name = &p.ident;
-                    rebinds.push(quote!(#[allow(unused_variables)] let #mutability #name = #name;));
-                }
-                (pat, _) => {
-                    let name = format_ident!("__gpu_scope_arg{}", i, span = Span::mixed_site());
-                    let original = std::mem::replace(pat, syn::parse_quote!(#name));
-                    rebinds.push(quote!(let #original = #name;));
-                }
-            },
+    let default_name = quote_spanned!(span=>
+        ::core::concat!(::core::module_path!(), "::", ::core::stringify!(#ident))
+    );
+    let opts = scope_options(&options, default_name, valid::is_extern(&func.sig));
+    let ret_ty = match &func.sig.output {
+        ReturnType::Type(_, ty) => Some((**ty).clone()),
+        ReturnType::Default => None,
+    };
+    let body = match &ret_ty {
+        Some(ty) if types::is_never(ty) => never_returns(&func, opts),
+        _ => {
+            let args = args::classify(&mut func.sig, &func.block);
+            if args.pinned_self.is_some() {
+                rename_self::rename_self(&mut func.block);
+            }
+            let error = options
+                .on_escape
+                .as_ref()
+                .filter(|p| p.value == Policy::Error)
+                .map(|p| p.key);
+            returns(&func, &args, ret_ty.as_ref(), opts, error)
         }
-    }
-
-    let (ret_ty, annotate) = match &func.sig.output {
-        ReturnType::Default => (quote!(()), true),
-        ReturnType::Type(_, ty) => (ty.to_token_stream(), annotatable(ty)),
     };
-    let ret_annotation = annotate.then(|| quote!(: #ret_ty));
-    let closure_ret = annotate.then(|| quote!(-> #ret_ty));
-    let block = &func.block;
-    // A closure inside an `unsafe fn` is not an unsafe context by itself.
-    let block = match func.sig.unsafety {
-        Some(_) => {
-            quote!({ #[allow(unused_unsafe)] let __gpu_scope_v = unsafe #block; __gpu_scope_v })
-        }
-        None => quote!(#block),
+    let block = Block {
+        brace_token: func.block.brace_token,
+        stmts: vec![Stmt::Expr(Expr::Verbatim(body), None)],
     };
-    let error = policy == Some(Policy::Error);
-    let fail_fn = error.then(|| {
-        quote_spanned! {func.sig.output.span()=>
-            let __gpu_scope_fail = <#ret_ty as ::gpu_scope::__private::EscapeResult>::from_escape;
-        }
-    });
-    let (enter, exit) = if error {
-        (
-            quote!(match ::gpu_scope::__private::Guard::try_enter(#opts) {
-                ::core::result::Result::Ok(g) => g,
-                ::core::result::Result::Err(e) => return __gpu_scope_fail(e),
-            }),
-            quote!(if let ::core::result::Result::Err(e) =
-                __gpu_scope_exit.try_exit(__gpu_scope_kept)
-            {
-                return __gpu_scope_fail(e);
-            }),
-        )
-    } else {
-        (
-            quote!(::gpu_scope::__private::Guard::enter(#opts)),
-            quote!(__gpu_scope_exit.exit(__gpu_scope_kept);),
-        )
-    };
-    let (enter_future, exit_future) = if error {
-        (
-            quote!(match ::gpu_scope::__private::ScopeFuture::try_enter(#opts, async { #(#rebinds)* #block }) {
-                ::core::result::Result::Ok(f) => f,
-                ::core::result::Result::Err(e) => return __gpu_scope_fail(e),
-            }),
-            quote!(if let ::core::result::Result::Err(e) =
-                __gpu_scope_exit.try_exit(__gpu_scope_kept)
-            {
-                return __gpu_scope_fail(e);
-            }),
-        )
-    } else {
-        (
-            quote!(::gpu_scope::__private::ScopeFuture::enter(#opts, async { #(#rebinds)* #block })),
-            quote!(__gpu_scope_exit.exit(__gpu_scope_kept);),
-        )
-    };
-    let collect = roots::collect(kept);
-    let prelude = roots::prelude();
-
-    let (body, exit) = if func.sig.asyncness.is_some() {
-        (
-            quote! {
-                let (__gpu_scope_ret, __gpu_scope_exit) = #enter_future.await;
-                let __gpu_scope_ret #ret_annotation = __gpu_scope_ret;
-            },
-            exit_future,
-        )
-    } else {
-        (
-            quote! {
-                let __gpu_scope_exit = #enter;
-                #[allow(clippy::redundant_closure_call)]
-                let __gpu_scope_ret #ret_annotation = (|| #closure_ret { #(#rebinds)* #block })();
-            },
-            exit,
-        )
-    };
-    let new_block = quote! {{
-        #prelude
-        #fail_fn
-        #body
-        #collect
-        #exit
-        __gpu_scope_ret
-    }};
-    func.block = Box::new(syn::parse2(new_block).expect("generated block parses"));
+    func.block = Box::new(block);
     func.into_token_stream()
+}
+
+/// The body of a function that returns: see `rewrite`.
+fn returns(
+    func: &ItemFn,
+    args: &Args,
+    ret_ty: Option<&Type>,
+    opts: TokenStream,
+    on_escape_error: Option<Span>,
+) -> TokenStream {
+    let span = Span::mixed_site();
+    let (ret, exit, kept, err) = (
+        local::local(RET, span),
+        local::local(EXIT, span),
+        local::local(KEPT, span),
+        local::local(ERROR, span),
+    );
+    let private = quote_spanned!(span=> ::gpu_scope::__private);
+
+    let mut keep = Kept::default();
+    match ret_ty {
+        None => {}
+        Some(ty) if types::has_impl_trait(ty) => keep.lenient(&ret),
+        Some(ty) => keep.checked(local::local(RET, ty.span()), Some(ty), ty.span()),
+    }
+    args.roots.iter().for_each(|root| keep.lenient(root));
+    let mut shares = Vec::new();
+    for (i, owned) in args.owned.iter().enumerate() {
+        let handle = format_ident!("{}{}", SHARED, i, span = span);
+        shares.push(quote_spanned! {span=>
+            let #handle = {
+                use #private::{ViaShared as _, ViaSharedUnseen as _, ViaUnshared as _};
+                (&&#private::Owned(&#owned)).__gpu_scope_share()
+            };
+        });
+        keep.checked(&handle, None, span);
+    }
+    let collect = keep.collect();
+
+    // Sync: a guard, and the body run as a closure. Async: a future whose output comes with
+    // the end of its scope.
+    let body = body(func, args, ret_ty);
+    let enter = if on_escape_error.is_some() {
+        quote_spanned!(span=> try_enter)
+    } else {
+        quote_spanned!(span=> enter)
+    };
+    let (enter, run) = if func.sig.asyncness.is_some() {
+        (
+            quote_spanned!(span=> #private::ScopeFuture::#enter(#opts, async #body)),
+            quote_spanned!(span=> let (#ret, #exit) = #exit.await;),
+        )
+    } else {
+        (
+            quote_spanned!(span=> #private::Guard::#enter(#opts)),
+            quote_spanned!(span=> let #ret = #private::run_body(|| #body);),
+        )
+    };
+
+    let Some(on_escape) = on_escape_error else {
+        return quote_spanned! {span=>
+            #(#shares)*
+            let #exit = #enter;
+            #run
+            #collect
+            #exit.exit(#kept);
+            #ret
+        };
+    };
+    // Evaluates to the error, or returns the value. The entry's `Result` is matched in a
+    // statement of its own, so that it is gone before the search borrows the arguments again.
+    let label = syn::Lifetime::new("'__gpu_scope", span);
+    let failed = quote_spanned! {span=> #label: {
+        let #exit = match #enter {
+            ::core::result::Result::Ok(#exit) => #exit,
+            ::core::result::Result::Err(#err) => break #label #err,
+        };
+        #run
+        #collect
+        match #exit.try_exit(#kept) {
+            ::core::result::Result::Ok(()) => return #ret,
+            ::core::result::Result::Err(#err) => #err,
+        }
+    }};
+    // The one place that turns the escape into the function's error: a return type that is
+    // not a `Result` whose error converts from `gpu_scope::Error` fails here, shown at that
+    // type, with the conversion shown at the `on_escape` option that asks for it. Spanned as
+    // the user's tokens, so that rustc shows them as such; the local is bound after the
+    // user's code, which therefore cannot name it.
+    let at = ret_ty.map_or(func.sig.ident.span(), Spanned::span);
+    let error = Ident::new(ERROR, at);
+    // Generated (mixed-site) tokens for the call itself: lints such as clippy's
+    // `useless_conversion` (when the error type is `gpu_scope::Error`) are not the user's.
+    let converted = quote_spanned!(local::at(on_escape)=> ::core::convert::From::from(#error));
+    let fail = quote_spanned!(at=> ::core::result::Result::Err(#converted));
+    quote_spanned! {span=>
+        #(#shares)*
+        let #error = #failed;
+        #fail
+    }
+}
+
+/// `{ reborrow; rebinds; fake return; user's block }`: what the closure or async block runs.
+fn body(func: &ItemFn, args: &Args, ret_ty: Option<&Type>) -> TokenStream {
+    let span = Span::mixed_site();
+    let reborrow = args.pinned_self.map(rename_self::reborrow);
+    let rebinds = &args.rebinds;
+    // Pins the type of the closure or async block to the declared return type (`impl Trait`
+    // as `_`), so that `?` and `return` inside it convert as in the function itself.
+    // Spanned as the return type, so that a mismatch in the body is explained by that type.
+    let fake_return = ret_ty
+        .filter(|ty| !matches!(types::strip_parens(ty), Type::ImplTrait(_)))
+        .map(|ty| {
+            let at = ty.span();
+            let ty = types::impl_trait_inferred(ty);
+            let never = Ident::new(NEVER, at);
+            quote_spanned! {at=>
+                #[allow(unreachable_code, clippy::diverging_sub_expression, clippy::empty_loop)]
+                if false {
+                    let #never: #ty = loop {};
+                    return #never;
+                }
+            }
+        });
+    let block = &func.block;
+    quote_spanned!(span=> { #reborrow #(#rebinds)* #fake_return #block })
+}
+
+/// A function returning `!` never ends normally: its scope is entered, the body runs inline,
+/// and only an unwinding panic ends the scope (unchecked).
+fn never_returns(func: &ItemFn, opts: TokenStream) -> TokenStream {
+    let span = Span::mixed_site();
+    let exit = local::local(EXIT, span);
+    let block = &func.block;
+    if func.sig.asyncness.is_some() {
+        quote_spanned! {span=>
+            let _ = ::gpu_scope::__private::ScopeFuture::enter(#opts, async #block).await;
+            ::core::unreachable!("an `async fn` returning `!` returned")
+        }
+    } else {
+        quote_spanned! {span=>
+            let #exit = ::gpu_scope::__private::Guard::enter(#opts);
+            #block
+        }
+    }
 }

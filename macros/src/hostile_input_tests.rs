@@ -99,6 +99,11 @@ fn malformed_attribute_options() {
         ("keep = [x]", Some("keep"), "for `scope!` only"),
         ("= 1", Some("="), "unknown option"),
         ("device =", None, "unexpected end of input"),
+        ("keep_grad = yes", Some("yes"), "`keep_grad = true | false`"),
+        ("keep_grad = 1", Some("1"), "`keep_grad = true | false`"),
+        ("max_peak = -1", Some("-1"), "cannot be negative"),
+        ("max_peak = (-4096)", Some("(-4096)"), "cannot be negative"),
+        ("max_peak = 1.5", Some("1.5"), "whole bytes"),
     ];
     table(cases, |args| attribute(args, ITEM));
 }
@@ -111,8 +116,63 @@ fn attribute_on_things_that_are_not_functions() {
         ("const fn f() {}", Some("const"), "const fn"),
         ("fn", Some("fn"), "goes on a function"),
         ("", None, "goes on a function"),
+        (
+            "fn f(&self);",
+            Some("fn f(&self)"),
+            "on the method in the `impl`",
+        ),
+        (
+            "fn f() -> !;",
+            Some("fn f() -> !"),
+            "on the method in the `impl`",
+        ),
     ];
     table(cases, |item| attribute("", item));
+}
+
+#[test]
+fn bad_options_on_a_bad_item_report_both() {
+    let err = attribute("verbose", "struct S;").expect("rejected");
+    let messages: Vec<String> = err.into_iter().map(|e| e.to_string()).collect();
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert!(
+        messages[0].contains("unknown option `verbose`"),
+        "{messages:?}"
+    );
+    assert!(messages[1].contains("goes on a function"), "{messages:?}");
+}
+
+#[test]
+fn every_documented_form_is_accepted() {
+    let attributes = [
+        "keep_grad = true",
+        "keep_grad = false",
+        "max_peak = 512 * 1024 * 1024",
+        "max_peak = 4 * x.numel()",
+        "max_peak = limit as u64",
+        "name = self.name.as_str()",
+        "name = \"literal\", release = \"1.5 GiB\", device = tch::Device::Cpu",
+        "on_escape = error, release = never",
+    ];
+    let wrong: Vec<_> = attributes
+        .iter()
+        .filter_map(|args| {
+            attribute(args, "fn f(&self) -> Result<(), E> { Ok(()) }")
+                .map(|e| (args, e.to_string()))
+        })
+        .collect();
+    assert!(wrong.is_empty(), "{wrong:?}");
+    let blocks = [
+        "{ 1 },",
+        "name = \"x\", { 1 },",
+        "keep = [self.cache, &x, *y], { 1 }",
+        "keep = [], keep_grad = false, { 1 }",
+    ];
+    let wrong: Vec<_> = blocks
+        .iter()
+        .filter_map(|input| block(input).map(|e| (input, e.to_string())))
+        .collect();
+    assert!(wrong.is_empty(), "{wrong:?}");
 }
 
 #[test]
@@ -145,7 +205,31 @@ fn malformed_derive_input() {
             Some("tensors"),
             "#[tensors(...)]",
         ),
-        ("struct S { #[tensors(skip = 1)] a: T }", Some("="), ""),
+        (
+            "struct S { #[tensors(skip = 1)] a: T }",
+            Some("1"),
+            "`skip = true | false`",
+        ),
+        (
+            "struct S { #[tensors(skip, skip)] a: T }",
+            Some("skip"),
+            "given twice",
+        ),
+        (
+            "#[tensors(skip)] struct S { a: T }",
+            Some("#[tensors(skip)]"),
+            "not on the type",
+        ),
+        (
+            "enum E { #[tensors(skip)] A(T), #[tensors(bogus = 1)] B }",
+            Some("bogus"),
+            "the only `tensors` attribute",
+        ),
+        (
+            "enum E { #[tensors(skip)] A(#[tensors(bogus)] T) }",
+            Some("bogus"),
+            "the only `tensors` attribute",
+        ),
         ("fn f() {}", Some("fn"), "expected"),
     ];
     table(cases, derive);

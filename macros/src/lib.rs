@@ -1,18 +1,26 @@
 //! Procedural macros of `gpu-scope`. Use them through the `gpu-scope` crate, which documents
-//! them; the parsing and expansion live in their own modules.
+//! them on its re-exports. Each macro parses its input into typed values (`input.rs`,
+//! `options.rs`), validates them in one pass (`valid.rs`), then expands (`expand_*.rs`).
 use proc_macro::TokenStream;
 
+mod args;
 mod derive;
 mod expand_block;
 mod expand_fn;
+mod expand_options;
+mod input;
+mod kept;
+mod local;
 mod options;
-mod roots;
+mod rename_self;
 mod size;
+mod types;
+mod valid;
 
 #[cfg(test)]
-mod hostile;
+mod hostile_input_tests;
 
-/// See `gpu_scope::gpu_scope`.
+// Documented on its re-export, `gpu_scope::gpu_scope`.
 #[proc_macro_attribute]
 pub fn gpu_scope(args: TokenStream, item: TokenStream) -> TokenStream {
     let original = proc_macro2::TokenStream::from(item.clone());
@@ -27,7 +35,7 @@ pub fn gpu_scope(args: TokenStream, item: TokenStream) -> TokenStream {
     }
 }
 
-/// See `gpu_scope::scope!`.
+// Documented on its re-export, `gpu_scope::scope!`.
 #[proc_macro]
 pub fn scope(input: TokenStream) -> TokenStream {
     expand_block::expand(input.into())
@@ -35,7 +43,7 @@ pub fn scope(input: TokenStream) -> TokenStream {
         .into()
 }
 
-/// See `gpu_scope::Tensors`.
+// Documented on its re-export, `gpu_scope::Tensors`.
 #[proc_macro_derive(Tensors, attributes(tensors))]
 pub fn derive_tensors(input: TokenStream) -> TokenStream {
     derive::expand(input.into())

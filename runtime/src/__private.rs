@@ -1,13 +1,17 @@
 //! Support for generated code, re-exported as `gpu_scope::__private`. Not public API: the
-//! macros' expansions call only what is here.
+//! macros' expansions call only what is here (and `::core`).
+//!
+//! Nothing here may show up in a user's compile errors: what generated code requires of user
+//! types is required through public traits (`Tensors`) or std ones (`From`, `TryFrom`).
 use crate::lifecycle::OpenScope;
-use crate::options::ScopeOptions;
-use crate::tensors::{StorageSet, Tensors};
 use crate::{policy, Error};
+use std::rc::Rc;
+use std::sync::Arc;
 
 pub use crate::future::{Finish, ScopeFuture};
-pub use crate::options::{EscapePolicy, ReleasePolicy};
-pub use crate::tensors::StorageSet as Storages;
+pub use crate::options::{EscapePolicy, ReleasePolicy, ScopeOptions};
+pub use crate::tensors::{StorageSet, Tensors};
+pub use std::string::String;
 
 /// The scope of `#[gpu_scope]` and `scope!`. It decides, from the scope's options, what a
 /// failure to enter and an escape do; generated code only routes the `Err` of the `try_`
@@ -51,6 +55,13 @@ impl Guard {
     }
 }
 
+/// Runs the body of a `#[gpu_scope]` function, given as a closure so that its `return` and `?`
+/// end the body, not the function, and the scope sees what it returns.
+#[inline(always)]
+pub fn run_body<R>(body: impl FnOnce() -> R) -> R {
+    body()
+}
+
 /// A value handed back by a scope, wrapped for autoref specialisation: arguments of a type
 /// without [`Tensors`] are skipped (and named in the report) instead of refused.
 #[allow(missing_debug_implementations)]
@@ -78,25 +89,96 @@ impl<T: ?Sized> ViaOpaque for &Root<'_, T> {
     }
 }
 
-/// Adds a value that a scope hands back (a return value, a block value, a `keep` entry) to
-/// `set`; its type must implement [`Tensors`].
-pub fn keep<T: Tensors + ?Sized>(set: &mut StorageSet, value: &T) {
-    value.visit(set)
+/// An owned argument, wrapped for autoref specialisation: `(&&Owned(&arg)).__gpu_scope_share()`
+/// gives a weak handle on an `Arc` or `Rc` of a [`Tensors`] type, a [`SharedUnseen`] for one
+/// of another type, and [`Unshared`] for anything else.
+#[allow(missing_debug_implementations)]
+pub struct Owned<'a, T: ?Sized>(pub &'a T);
+
+/// What an owned `Arc` argument still shares with the caller when the scope ends: its
+/// contents, if anyone else still holds them. A weak handle, so that the body's
+/// `Arc::try_unwrap` and the like behave as without the scope (`Arc::get_mut` excepted).
+#[allow(missing_debug_implementations)]
+pub struct SharedArc<T: ?Sized>(std::sync::Weak<T>);
+
+impl<T: Tensors + ?Sized> Tensors for SharedArc<T> {
+    fn visit(&self, set: &mut StorageSet) {
+        self.0.upgrade().visit(set)
+    }
 }
 
-/// A return type that `on_escape = error` can turn an escape into.
-#[diagnostic::on_unimplemented(
-    message = "`on_escape = error` needs the function to return `Result<_, E>` with `E: From<gpu_scope::Error>`, not `{Self}`",
-    label = "this return type cannot carry a `gpu_scope::Error`",
-    note = "return `Result<_, gpu_scope::Error>`, implement `From<gpu_scope::Error>` for the error type, or choose `on_escape = panic | warn | ignore`"
-)]
-pub trait EscapeResult {
-    fn from_escape(error: Error) -> Self;
+/// [`SharedArc`] for an `Rc` argument.
+#[allow(missing_debug_implementations)]
+pub struct SharedRc<T: ?Sized>(std::rc::Weak<T>);
+
+impl<T: Tensors + ?Sized> Tensors for SharedRc<T> {
+    fn visit(&self, set: &mut StorageSet) {
+        self.0.upgrade().visit(set)
+    }
 }
 
-#[diagnostic::do_not_recommend]
-impl<T, E: From<Error>> EscapeResult for Result<T, E> {
-    fn from_escape(error: Error) -> Self {
-        Err(E::from(error))
+/// An owned `Arc` or `Rc` of a type without [`Tensors`]: named in the report.
+#[derive(Debug)]
+pub struct SharedUnseen(&'static str);
+
+impl Tensors for SharedUnseen {
+    fn visit(&self, set: &mut StorageSet) {
+        set.add_opaque(self.0)
+    }
+}
+
+/// An owned argument that shares nothing with the caller: it dies inside the scope.
+#[derive(Debug)]
+pub struct Unshared;
+
+impl Tensors for Unshared {
+    fn visit(&self, _: &mut StorageSet) {}
+}
+
+/// Chosen for an `Arc` or `Rc` of a [`Tensors`] type.
+pub trait ViaShared {
+    type Handle: Tensors;
+    fn __gpu_scope_share(&self) -> Self::Handle;
+}
+
+impl<T: Tensors + ?Sized> ViaShared for &Owned<'_, Arc<T>> {
+    type Handle = SharedArc<T>;
+    fn __gpu_scope_share(&self) -> SharedArc<T> {
+        SharedArc(Arc::downgrade(self.0))
+    }
+}
+
+impl<T: Tensors + ?Sized> ViaShared for &Owned<'_, Rc<T>> {
+    type Handle = SharedRc<T>;
+    fn __gpu_scope_share(&self) -> SharedRc<T> {
+        SharedRc(Rc::downgrade(self.0))
+    }
+}
+
+/// Chosen for an `Arc` or `Rc` of another type.
+pub trait ViaSharedUnseen {
+    fn __gpu_scope_share(&self) -> SharedUnseen;
+}
+
+impl<T: ?Sized> ViaSharedUnseen for &&Owned<'_, Arc<T>> {
+    fn __gpu_scope_share(&self) -> SharedUnseen {
+        SharedUnseen(std::any::type_name::<Arc<T>>())
+    }
+}
+
+impl<T: ?Sized> ViaSharedUnseen for &&Owned<'_, Rc<T>> {
+    fn __gpu_scope_share(&self) -> SharedUnseen {
+        SharedUnseen(std::any::type_name::<Rc<T>>())
+    }
+}
+
+/// Chosen for anything else.
+pub trait ViaUnshared {
+    fn __gpu_scope_share(&self) -> Unshared;
+}
+
+impl<T: ?Sized> ViaUnshared for Owned<'_, T> {
+    fn __gpu_scope_share(&self) -> Unshared {
+        Unshared
     }
 }

@@ -1,0 +1,109 @@
+//! What each argument of a scoped function is to its scope.
+//!
+//! - Borrowed (`&T`, `&mut T`, `&self`, `self: &Arc<Self>`, `self: Pin<&mut Self>`, ...): the
+//!   caller's value; a root, searched after the body. A `&mut` one is left out when the return
+//!   type may borrow from it (it cannot be looked at while that borrow lives).
+//! - Owned: moved into the body (`let x = x;`), so that it dies inside the scope.
+//! - Owned handles that share their contents with the caller (`Arc`, `Rc`): a weak handle,
+//!   taken before the body moves the argument, keeps what the caller still holds.
+use crate::types::{self, Receiver};
+use proc_macro2::{Ident, Span, TokenStream, TokenTree};
+use quote::{quote, quote_spanned, ToTokens};
+use syn::visit_mut::VisitMut;
+use syn::{Block, FnArg, Pat, ReturnType, Signature, Token, Type};
+
+#[derive(Default)]
+pub(crate) struct Args {
+    /// Borrowed arguments and receivers.
+    pub roots: Vec<TokenStream>,
+    /// Statements that move the owned bindings into the body.
+    pub rebinds: Vec<TokenStream>,
+    /// Owned arguments that may be `Arc` or `Rc` handles.
+    pub owned: Vec<TokenStream>,
+    /// A `self: Pin<&mut Self>` receiver: the body gets a reborrow of it (see `rename_self`).
+    pub pinned_self: Option<Token![self]>,
+}
+
+/// Sorts the arguments; moves `mut` from owned bindings in the signature to their rebinding,
+/// and gives a pinned receiver the `mut` its reborrow needs.
+pub(crate) fn classify(sig: &mut Signature, body: &Block) -> Args {
+    let may_borrow = match &sig.output {
+        ReturnType::Type(_, ty) => types::may_borrow(ty),
+        ReturnType::Default => false,
+    };
+    let mut args = Args::default();
+    for arg in sig.inputs.iter_mut() {
+        match arg {
+            FnArg::Receiver(r) => {
+                let this = r.self_token;
+                match types::receiver(&r.ty) {
+                    Receiver::Borrowed { mutable } if !(mutable && may_borrow) => {
+                        args.roots.push(quote!(#this))
+                    }
+                    Receiver::PinnedMut if !may_borrow => {
+                        r.mutability.get_or_insert_with(Default::default);
+                        args.pinned_self = Some(this);
+                        args.roots.push(quote!(#this));
+                    }
+                    Receiver::Owned => args.owned.push(quote!(#this)),
+                    Receiver::Borrowed { .. } | Receiver::PinnedMut => {}
+                }
+            }
+            FnArg::Typed(pt) => {
+                let name = match &*pt.pat {
+                    Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => {
+                        Some(p.ident.clone())
+                    }
+                    _ => None,
+                };
+                match (types::strip_parens(&pt.ty), name) {
+                    (Type::Reference(r), Some(name)) => {
+                        if !(r.mutability.is_some() && may_borrow) {
+                            args.roots.push(quote!(#name));
+                        }
+                    }
+                    (Type::Reference(_), None) => {}
+                    (_, name) => {
+                        args.owned.extend(name.map(|name| quote!(#name)));
+                        Rebind {
+                            body: body.to_token_stream(),
+                            rebinds: &mut args.rebinds,
+                        }
+                        .visit_pat_mut(&mut pt.pat);
+                    }
+                }
+            }
+        }
+    }
+    args
+}
+
+/// Collects `let [mut] x = x;` for each by-value binding of a pattern that the body mentions,
+/// taking the `mut` off the pattern: the binding in the body is the one that is mutated. A
+/// binding the body does not mention holds only what the caller gave, and is left alone, so
+/// that rustc's unused-variable lint still sees it as the user wrote it.
+struct Rebind<'a> {
+    body: TokenStream,
+    rebinds: &'a mut Vec<TokenStream>,
+}
+
+impl VisitMut for Rebind<'_> {
+    fn visit_pat_ident_mut(&mut self, p: &mut syn::PatIdent) {
+        if p.by_ref.is_none() && mentions(self.body.clone(), &p.ident) {
+            let mutability = p.mutability.take();
+            let ident = &p.ident;
+            self.rebinds
+                .push(quote_spanned!(Span::mixed_site()=> let #mutability #ident = #ident;));
+        }
+        syn::visit_mut::visit_pat_ident_mut(self, p);
+    }
+}
+
+/// Whether `ident` occurs anywhere in `tokens`, macro calls included.
+fn mentions(tokens: TokenStream, ident: &Ident) -> bool {
+    tokens.into_iter().any(|tt| match tt {
+        TokenTree::Ident(i) => i == *ident,
+        TokenTree::Group(g) => mentions(g.stream(), ident),
+        _ => false,
+    })
+}

@@ -1,0 +1,98 @@
+//! The `ScopeOptions` expression that a scope is entered with, from the typed options.
+use crate::local;
+use crate::options::{Bytes, Name, Options, Policy, Release};
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{BinOp, Expr, Lit};
+
+/// `ScopeOptions::new(name).on_escape(..)...`; `default_name` when the options give none.
+pub(crate) fn scope_options(
+    options: &Options,
+    default_name: TokenStream,
+    cannot_unwind: bool,
+) -> TokenStream {
+    let span = Span::mixed_site();
+    let private = quote_spanned!(span=> ::gpu_scope::__private);
+    let name = match options.name.as_ref().map(|n| &n.value) {
+        None => default_name,
+        Some(Name::Literal(lit)) => quote!(#lit),
+        // Copied, so that the name may borrow (`name = self.name.as_str()`).
+        Some(Name::Expr(expr)) => quote_spanned! {local::at(expr.span())=>
+            <#private::String as ::core::convert::From<_>>::from(#expr)
+        },
+    };
+    let mut out = quote_spanned!(span=> #private::ScopeOptions::new(#name));
+    if let Some(policy) = options.policy() {
+        let policy = match policy {
+            Policy::Panic => quote_spanned!(span=> Panic),
+            Policy::Warn => quote_spanned!(span=> Warn),
+            Policy::Error => quote_spanned!(span=> Error),
+            Policy::Ignore => quote_spanned!(span=> Ignore),
+        };
+        out.extend(quote_spanned!(span=> .on_escape(#private::EscapePolicy::#policy)));
+    }
+    if let Some(release) = &options.release {
+        let release = match release.value {
+            Release::Outermost => quote_spanned!(span=> Outermost),
+            Release::Always => quote_spanned!(span=> Always),
+            Release::Never => quote_spanned!(span=> Never),
+            Release::Above(bytes) => quote_spanned!(span=> Above(#bytes)),
+        };
+        out.extend(quote_spanned!(span=> .release(#private::ReleasePolicy::#release)));
+    }
+    if let Some(max_peak) = &options.max_peak {
+        let bytes = match &max_peak.value {
+            Bytes::Size(bytes) => quote_spanned!(span=> #bytes),
+            // Typed `u64` by the call, so that `8 * 1024 * 1024 * 1024` does not overflow `i32`.
+            Bytes::Expr(expr) if literal_arithmetic(expr) => quote!(#expr),
+            // Any integer type; a value that `u64` cannot hold (a negative one) is a budget of
+            // zero bytes, which the scope's first allocation goes over.
+            Bytes::Expr(expr) => quote_spanned! {local::at(expr.span())=>
+                ::core::result::Result::unwrap_or(
+                    <u64 as ::core::convert::TryFrom<_>>::try_from(#expr),
+                    0,
+                )
+            },
+        };
+        out.extend(quote_spanned!(span=> .max_peak(#bytes)));
+    }
+    if options.keep_grad.as_ref().is_some_and(|k| k.value) {
+        out.extend(quote_spanned!(span=> .keep_grad_mode(true)));
+    }
+    if let Some(device) = &options.device {
+        let device = &device.value;
+        out.extend(quote_spanned!(span=> .device(#device)));
+    }
+    if cannot_unwind {
+        out.extend(quote_spanned!(span=> .cannot_unwind()));
+    }
+    out
+}
+
+/// Integer literals without suffix joined by arithmetic: the literals take the type the
+/// expression is used at.
+fn literal_arithmetic(expr: &Expr) -> bool {
+    match expr {
+        Expr::Lit(lit) => matches!(&lit.lit, Lit::Int(i) if i.suffix().is_empty()),
+        Expr::Paren(p) => literal_arithmetic(&p.expr),
+        Expr::Group(g) => literal_arithmetic(&g.expr),
+        Expr::Binary(b) => {
+            matches!(
+                b.op,
+                BinOp::Add(_)
+                    | BinOp::Sub(_)
+                    | BinOp::Mul(_)
+                    | BinOp::Div(_)
+                    | BinOp::Rem(_)
+                    | BinOp::Shl(_)
+                    | BinOp::Shr(_)
+                    | BinOp::BitAnd(_)
+                    | BinOp::BitOr(_)
+                    | BinOp::BitXor(_)
+            ) && literal_arithmetic(&b.left)
+                && literal_arithmetic(&b.right)
+        }
+        _ => false,
+    }
+}

@@ -1,0 +1,67 @@
+//! What the macros are given, parsed: options and a function, or options and a block.
+use crate::options::{Form, Options};
+use proc_macro2::TokenStream;
+use syn::parse::{Parse, ParseStream, Parser};
+use syn::{Block, Item, ItemFn, Token, TraitItemFn};
+
+/// `#[gpu_scope(options)] fn ...`
+pub(crate) struct ScopedFn {
+    pub options: Options,
+    pub func: ItemFn,
+}
+
+/// Parses the attribute's arguments and its item; when both are wrong, both errors show.
+pub(crate) fn parse_fn(args: TokenStream, item: TokenStream) -> syn::Result<ScopedFn> {
+    let options = (|input: ParseStream| Options::parse(input, Form::Attribute)).parse2(args);
+    match (options, parse_item(item)) {
+        (Ok(options), Ok(func)) => Ok(ScopedFn { options, func }),
+        (Err(mut first), Err(second)) => {
+            first.combine(second);
+            Err(first)
+        }
+        (Err(e), Ok(_)) | (Ok(_), Err(e)) => Err(e),
+    }
+}
+
+fn parse_item(item: TokenStream) -> syn::Result<ItemFn> {
+    if let Ok(Item::Fn(func)) = syn::parse2(item.clone()) {
+        return Ok(func);
+    }
+    Err(match syn::parse2::<TraitItemFn>(item.clone()) {
+        Ok(decl) if decl.default.is_none() => syn::Error::new_spanned(
+            &decl.sig,
+            "#[gpu_scope] scopes a body, and this trait method declaration has none; put the \
+             attribute on the method in the `impl` of the trait (or on a default body here)",
+        ),
+        _ => syn::Error::new_spanned(
+            item.into_iter().take(3).collect::<TokenStream>(),
+            "#[gpu_scope] goes on a function or method with a body; for a block inside a \
+             function write `gpu_scope::scope!({ ... })`",
+        ),
+    })
+}
+
+/// `scope!(options, { block })`, with an optional comma after the block.
+pub(crate) struct ScopedBlock {
+    pub options: Options,
+    pub block: Block,
+}
+
+impl Parse for ScopedBlock {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let options = Options::parse(input, Form::Block)?;
+        if !input.peek(syn::token::Brace) {
+            return Err(input.error(
+                "`scope!` needs a block: write `scope!({ ... })` or `scope!(name = \"step\", { ... })`",
+            ));
+        }
+        let block = input.parse()?;
+        if input.peek(Token![,]) {
+            input.parse::<Token![,]>()?;
+        }
+        if !input.is_empty() {
+            return Err(input.error("nothing may follow the block in `scope!(..., { ... })`"));
+        }
+        Ok(ScopedBlock { options, block })
+    }
+}

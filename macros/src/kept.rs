@@ -1,0 +1,59 @@
+//! The collection of kept values: generated code that gathers the storages of everything a
+//! scope hands back into one `StorageSet`, which the scope's exit receives.
+use crate::local::{self, KEPT};
+use proc_macro2::{Delimiter, Group, Span, TokenStream};
+use quote::{quote_spanned, ToTokens};
+use syn::Type;
+
+#[derive(Default)]
+pub(crate) struct Kept {
+    checked: Vec<TokenStream>,
+    lenient: Vec<TokenStream>,
+}
+
+impl Kept {
+    /// A value whose type must implement `Tensors`: a compile error at `at` otherwise, naming
+    /// `ty` (the type as written) where it is known.
+    pub(crate) fn checked(&mut self, value: impl ToTokens, ty: Option<&Type>, at: Span) {
+        let span = local::at(at);
+        let kept = local::local(KEPT, at);
+        // Invisible delimiters keep an expression such as `a as B` whole after the `&`.
+        let mut value = Group::new(Delimiter::None, value.into_token_stream());
+        value.set_span(span);
+        let tensors = match ty {
+            Some(ty) => quote_spanned!(span=> <#ty as ::gpu_scope::__private::Tensors>),
+            None => quote_spanned!(span=> ::gpu_scope::__private::Tensors),
+        };
+        self.checked
+            .push(quote_spanned!(span=> #tensors::visit(&#value, &mut #kept);));
+    }
+
+    /// A value kept through `Tensors` where its type implements it; otherwise the report names
+    /// its type (autoref specialisation: `ViaTensors` wins where it applies, else `ViaOpaque`).
+    pub(crate) fn lenient(&mut self, value: impl ToTokens) {
+        let span = Span::mixed_site();
+        let kept = local::local(KEPT, span);
+        self.lenient.push(quote_spanned! {span=>
+            (&::gpu_scope::__private::Root(&#value)).__gpu_scope_visit(&mut #kept);
+        });
+    }
+
+    /// Statements that declare the kept set and add every value to it.
+    pub(crate) fn collect(&self) -> TokenStream {
+        let span = Span::mixed_site();
+        let kept = local::local(KEPT, span);
+        let checked = &self.checked;
+        let lenient = (!self.lenient.is_empty()).then(|| {
+            let lenient = &self.lenient;
+            quote_spanned! {span=> {
+                use ::gpu_scope::__private::{ViaOpaque as _, ViaTensors as _};
+                #(#lenient)*
+            }}
+        });
+        quote_spanned! {span=>
+            let mut #kept = ::gpu_scope::__private::StorageSet::new();
+            #(#checked)*
+            #lenient
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! Generated locals: prefixed `__gpu_scope_`, with mixed-site hygiene, so that the user's code
+//! can neither name them nor be shadowed by them.
+use proc_macro2::{Ident, Span};
+
+pub(crate) const RET: &str = "__gpu_scope_ret";
+pub(crate) const EXIT: &str = "__gpu_scope_exit";
+pub(crate) const KEPT: &str = "__gpu_scope_kept";
+pub(crate) const ERROR: &str = "__gpu_scope_error";
+pub(crate) const NEVER: &str = "__gpu_scope_never";
+pub(crate) const SELF: &str = "__gpu_scope_self";
+pub(crate) const SHARED: &str = "__gpu_scope_shared";
+pub(crate) const VALUE: &str = "__gpu_scope_value";
+pub(crate) const RESULT: &str = "__gpu_scope_result";
+
+/// Generated code's span: mixed-site hygiene, shown at `at` in diagnostics.
+pub(crate) fn at(at: Span) -> Span {
+    Span::mixed_site().located_at(at)
+}
+
+/// A generated local, shown at `at` in diagnostics.
+pub(crate) fn local(name: &str, at: Span) -> Ident {
+    Ident::new(name, self::at(at))
+}

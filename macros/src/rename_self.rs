@@ -1,0 +1,69 @@
+//! `self: Pin<&mut Self>` receivers. Most bodies move the receiver (`self.project()`,
+//! `self.get_mut()`), after which the scope could not search it; and a closure cannot take a
+//! parameter named `self`. So the body's `self` is renamed to a local that holds
+//! `Pin::as_mut(&mut self)`, and the receiver itself stays for the search after the body.
+use crate::local::{self, SELF};
+use proc_macro2::{Group, Span, TokenStream, TokenTree};
+use syn::visit_mut::VisitMut;
+use syn::{Block, Ident};
+
+/// Renames `self` in `block`, outside nested items (which have their own `self`) and
+/// paths such as `self::module`; inside macro calls, every `self` not followed by `::`.
+pub(crate) fn rename_self(block: &mut Block) {
+    Rename.visit_block_mut(block);
+}
+
+/// The renamed `self`: found by the local that the expansion declares, shown where `self` was.
+fn renamed(at: Span) -> Ident {
+    Ident::new(SELF, Span::mixed_site().located_at(at))
+}
+
+struct Rename;
+
+impl VisitMut for Rename {
+    fn visit_expr_path_mut(&mut self, e: &mut syn::ExprPath) {
+        if e.qself.is_none() && e.path.is_ident("self") {
+            let segment = &mut e.path.segments[0];
+            segment.ident = renamed(segment.ident.span());
+        }
+    }
+
+    fn visit_item_mut(&mut self, item: &mut syn::Item) {
+        if let syn::Item::Macro(m) = item {
+            self.visit_macro_mut(&mut m.mac);
+        }
+    }
+
+    fn visit_macro_mut(&mut self, mac: &mut syn::Macro) {
+        mac.tokens = rename_tokens(std::mem::take(&mut mac.tokens));
+    }
+}
+
+fn rename_tokens(tokens: TokenStream) -> TokenStream {
+    let mut out: Vec<TokenTree> = tokens.into_iter().collect();
+    for i in 0..out.len() {
+        let path_follows = matches!(
+            (out.get(i + 1), out.get(i + 2)),
+            (Some(TokenTree::Punct(a)), Some(TokenTree::Punct(b))) if a.as_char() == ':' && b.as_char() == ':'
+        );
+        match &mut out[i] {
+            TokenTree::Ident(ident) if ident == "self" && !path_follows => {
+                *ident = renamed(ident.span());
+            }
+            TokenTree::Group(g) => {
+                let mut renamed = Group::new(g.delimiter(), rename_tokens(g.stream()));
+                renamed.set_span(g.span());
+                *g = renamed;
+            }
+            _ => {}
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// `let __gpu_scope_self = Pin::as_mut(&mut self);`
+pub(crate) fn reborrow(this: syn::Token![self]) -> TokenStream {
+    let span = Span::mixed_site();
+    let local = local::local(SELF, span);
+    quote::quote_spanned!(span=> let #local = ::core::pin::Pin::as_mut(&mut #this);)
+}

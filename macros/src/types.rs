@@ -1,0 +1,106 @@
+//! What the macros need to know about a type as the user wrote it.
+use syn::visit::Visit;
+use syn::visit_mut::VisitMut;
+use syn::{Type, TypeReference};
+
+pub(crate) fn strip_parens(mut ty: &Type) -> &Type {
+    while let Type::Paren(syn::TypeParen { elem, .. }) | Type::Group(syn::TypeGroup { elem, .. }) =
+        ty
+    {
+        ty = elem;
+    }
+    ty
+}
+
+pub(crate) fn is_never(ty: &Type) -> bool {
+    matches!(strip_parens(ty), Type::Never(_))
+}
+
+/// Finds `impl Trait` anywhere in a type.
+pub(crate) fn has_impl_trait(ty: &Type) -> bool {
+    struct Finder(bool);
+    impl Visit<'_> for Finder {
+        fn visit_type_impl_trait(&mut self, _: &syn::TypeImplTrait) {
+            self.0 = true;
+        }
+    }
+    let mut f = Finder(false);
+    f.visit_type(ty);
+    f.0
+}
+
+/// The type with each `impl Trait` replaced by `_`: what a `let` inside the body may name.
+pub(crate) fn impl_trait_inferred(ty: &Type) -> Type {
+    struct Replace;
+    impl VisitMut for Replace {
+        fn visit_type_mut(&mut self, ty: &mut Type) {
+            if let Type::ImplTrait(t) = ty {
+                *ty = Type::Infer(syn::TypeInfer {
+                    underscore_token: syn::Token![_](t.impl_token.span),
+                });
+            } else {
+                syn::visit_mut::visit_type_mut(self, ty);
+            }
+        }
+    }
+    let mut ty = ty.clone();
+    Replace.visit_type_mut(&mut ty);
+    ty
+}
+
+/// Whether a value of this type may hold a borrow (a reference, a lifetime, `impl Trait`):
+/// then it may borrow from a `&mut` argument, which cannot be looked at again while it lives.
+pub(crate) fn may_borrow(ty: &Type) -> bool {
+    struct Finder(bool);
+    impl Visit<'_> for Finder {
+        fn visit_type_reference(&mut self, _: &TypeReference) {
+            self.0 = true;
+        }
+        fn visit_lifetime(&mut self, _: &syn::Lifetime) {
+            self.0 = true;
+        }
+        fn visit_type_impl_trait(&mut self, _: &syn::TypeImplTrait) {
+            self.0 = true;
+        }
+    }
+    let mut f = Finder(false);
+    f.visit_type(ty);
+    f.0
+}
+
+/// How a method's receiver relates to the caller's value.
+pub(crate) enum Receiver {
+    /// `self`, `self: Box<Self>`, `self: Arc<Self>`, ...: the method owns it (an `Arc` or `Rc`
+    /// may still share its contents with the caller).
+    Owned,
+    /// `&self`, `&mut self`, `self: &Arc<Self>`, `self: Pin<&Self>`, ...
+    Borrowed { mutable: bool },
+    /// `self: Pin<&mut Self>`: borrowed, and moved by most bodies (`self.project()`).
+    PinnedMut,
+}
+
+pub(crate) fn receiver(ty: &Type) -> Receiver {
+    match strip_parens(ty) {
+        Type::Reference(r) => Receiver::Borrowed {
+            mutable: r.mutability.is_some(),
+        },
+        Type::Path(p) => {
+            let Some(last) = p.path.segments.last().filter(|s| s.ident == "Pin") else {
+                return Receiver::Owned;
+            };
+            let syn::PathArguments::AngleBracketed(args) = &last.arguments else {
+                return Receiver::Owned;
+            };
+            match args.args.first() {
+                Some(syn::GenericArgument::Type(Type::Reference(r))) if r.mutability.is_some() => {
+                    Receiver::PinnedMut
+                }
+                Some(syn::GenericArgument::Type(Type::Reference(_))) => {
+                    Receiver::Borrowed { mutable: false }
+                }
+                _ => Receiver::Owned,
+            }
+        }
+        _ => Receiver::Owned,
+    }
+}

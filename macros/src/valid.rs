@@ -1,0 +1,187 @@
+//! One validation pass over what was parsed, before any code is generated: every misuse that the
+//! options and the item show, reported together, each at its own tokens.
+use crate::input::{ScopedBlock, ScopedFn};
+use crate::options::{Bytes, Given, Options, Policy};
+use crate::types;
+use syn::spanned::Spanned;
+use syn::visit::Visit;
+use syn::{Expr, Lit, ReturnType, Signature, Type, UnOp};
+
+const ERROR_POLICY_RETURN: &str = "`on_escape = error` makes the function return `Err` on an \
+escape: it must return `Result<_, E>` with `E: From<gpu_scope::Error>`";
+
+pub(crate) fn validate_fn(scoped: &ScopedFn) -> syn::Result<()> {
+    let mut errors = Errors(None);
+    let (options, sig) = (&scoped.options, &scoped.func.sig);
+    validate_options(options, &mut errors);
+    if let Some(keep) = &options.keep {
+        errors.push(
+            keep.key,
+            "`keep = [...]` is for `scope!` only; a function keeps what it returns and its \
+             arguments, and `gpu_scope::keep(&value)` keeps anything else",
+        );
+    }
+    if let Some(c) = &sig.constness {
+        errors.push(
+            c.span,
+            "#[gpu_scope] cannot go on a `const fn`: a scope tracks memory at run time; \
+             remove `const` or the attribute",
+        );
+    }
+    match options.policy() {
+        Some(Policy::Panic) if is_extern(sig) => errors.push_spanned(
+            &sig.abi,
+            "a panic cannot unwind out of an `extern` function; use `on_escape = warn`, \
+             `on_escape = error` or `on_escape = ignore`",
+        ),
+        Some(Policy::Error) => validate_error_return(sig, &mut errors),
+        _ => {}
+    }
+    errors.finish()
+}
+
+pub(crate) fn validate_block(scoped: &ScopedBlock) -> syn::Result<()> {
+    let mut errors = Errors(None);
+    validate_options(&scoped.options, &mut errors);
+    AwaitFinder(&mut errors).visit_block(&scoped.block);
+    errors.finish()
+}
+
+/// Whether the function has a foreign ABI, through which a panic must not unwind.
+pub(crate) fn is_extern(sig: &Signature) -> bool {
+    sig.abi
+        .as_ref()
+        .is_some_and(|abi| abi.name.as_ref().is_none_or(|n| n.value() != "Rust"))
+}
+
+fn validate_options(options: &Options, errors: &mut Errors) {
+    let Some(Given {
+        value: Bytes::Expr(expr),
+        ..
+    }) = &options.max_peak
+    else {
+        return;
+    };
+    match strip_parens(expr) {
+        Expr::Unary(e)
+            if matches!(e.op, UnOp::Neg(_)) && matches!(strip_parens(&e.expr), Expr::Lit(_)) =>
+        {
+            errors.push_spanned(
+                expr,
+                "`max_peak` is a number of bytes and cannot be negative",
+            )
+        }
+        Expr::Lit(lit) if matches!(lit.lit, Lit::Float(_)) => errors.push_spanned(
+            expr,
+            "`max_peak` counts whole bytes: write an integer expression, or a size string such \
+             as \"1.5 GiB\"",
+        ),
+        _ => {}
+    }
+}
+
+fn strip_parens(mut expr: &Expr) -> &Expr {
+    while let Expr::Paren(syn::ExprParen { expr: inner, .. })
+    | Expr::Group(syn::ExprGroup { expr: inner, .. }) = expr
+    {
+        expr = inner;
+    }
+    expr
+}
+
+/// The return type must be able to carry the escape error: a `Result` (or an alias of one).
+/// What cannot be one is refused here; a path that names no `Result` fails type checking.
+fn validate_error_return(sig: &Signature, errors: &mut Errors) {
+    let ty = match &sig.output {
+        ReturnType::Default => return errors.push(sig.ident.span(), ERROR_POLICY_RETURN),
+        ReturnType::Type(_, ty) => ty,
+    };
+    if let Type::ImplTrait(_) = types::strip_parens(ty) {
+        return errors.push_spanned(
+            ty,
+            "`on_escape = error` needs a nameable `Result<_, E>` return type, not `impl Trait`",
+        );
+    }
+    let named_other = match types::strip_parens(ty) {
+        Type::Path(p) => {
+            p.qself.is_none()
+                && p.path.segments.last().is_some_and(|s| {
+                    matches!(
+                        s.ident.to_string().as_str(),
+                        "Option"
+                            | "bool"
+                            | "char"
+                            | "str"
+                            | "String"
+                            | "Vec"
+                            | "Box"
+                            | "f32"
+                            | "f64"
+                            | "i8"
+                            | "i16"
+                            | "i32"
+                            | "i64"
+                            | "i128"
+                            | "isize"
+                            | "u8"
+                            | "u16"
+                            | "u32"
+                            | "u64"
+                            | "u128"
+                            | "usize"
+                    )
+                })
+        }
+        _ => true,
+    };
+    if named_other {
+        errors.push_spanned(
+            ty,
+            format!(
+                "{ERROR_POLICY_RETURN}, not `{}`",
+                quote::ToTokens::to_token_stream(ty)
+            ),
+        );
+    }
+}
+
+/// Finds `.await` in the block itself (not in nested async blocks, closures or items).
+struct AwaitFinder<'a>(&'a mut Errors);
+
+impl Visit<'_> for AwaitFinder<'_> {
+    fn visit_expr_await(&mut self, e: &syn::ExprAwait) {
+        self.0.push(
+            e.await_token.span(),
+            "`.await` inside `scope!` cannot be tracked: a block scope lives on one thread \
+             between two polls; put `#[gpu_scope]` on an `async fn` instead",
+        );
+        syn::visit::visit_expr_await(self, e);
+    }
+    fn visit_expr_async(&mut self, _: &syn::ExprAsync) {}
+    fn visit_expr_closure(&mut self, _: &syn::ExprClosure) {}
+    fn visit_item(&mut self, _: &syn::Item) {}
+}
+
+/// Errors gathered in one pass, reported together.
+struct Errors(Option<syn::Error>);
+
+impl Errors {
+    fn push(&mut self, span: proc_macro2::Span, message: impl std::fmt::Display) {
+        self.add(syn::Error::new(span, message));
+    }
+
+    fn push_spanned(&mut self, tokens: &dyn quote::ToTokens, message: impl std::fmt::Display) {
+        self.add(syn::Error::new_spanned(tokens, message));
+    }
+
+    fn add(&mut self, error: syn::Error) {
+        match &mut self.0 {
+            Some(first) => first.combine(error),
+            None => self.0 = Some(error),
+        }
+    }
+
+    fn finish(self) -> syn::Result<()> {
+        self.0.map_or(Ok(()), Err)
+    }
+}
