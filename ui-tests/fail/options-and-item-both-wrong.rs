@@ -1,0 +1,4 @@
+#[gpu_scope::gpu_scope(verbose)]
+struct Model;
+
+fn main() {}

@@ -1,0 +1,6 @@
+trait Model {
+    #[gpu_scope::gpu_scope]
+    fn forward(&self);
+}
+
+fn main() {}

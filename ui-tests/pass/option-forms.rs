@@ -1,0 +1,87 @@
+// Every accepted form of each option.
+use gpu_scope::{gpu_scope, scope, Tensors};
+use tch::Tensor;
+
+fn floats(n: i64) -> Tensor {
+    Tensor::zeros([n], tch::kind::FLOAT_CPU)
+}
+
+#[derive(Tensors)]
+struct Model {
+    #[tensors(skip)]
+    name: String,
+    cache: Vec<Tensor>,
+    #[tensors(skip = true)]
+    steps: usize,
+    #[tensors(skip = false)]
+    last: Option<Tensor>,
+}
+
+#[derive(Tensors)]
+enum Message {
+    #[tensors(skip)]
+    Text(String),
+    #[tensors(skip = false)]
+    Data(Tensor),
+}
+
+impl Model {
+    // A borrowed name, and a budget computed from the arguments.
+    #[gpu_scope(name = self.name.as_str(), max_peak = 4 * x.numel() + 1024)]
+    fn step(&mut self, x: &Tensor) -> usize {
+        self.cache.push(x + 1);
+        self.steps += 1;
+        self.cache.len()
+    }
+}
+
+#[gpu_scope(max_peak = 512 * 1024 * 1024)]
+fn literal_budget() {}
+
+// Over `i32::MAX`: the literals are typed `u64`.
+#[gpu_scope(max_peak = 8 * 1024 * 1024 * 1024, release = "1.5 GiB")]
+fn large_budget() {}
+
+#[gpu_scope(max_peak = limit)]
+fn budget_from_a_signed_integer(limit: i64) {}
+
+#[gpu_scope(name = format!("step-{}", 1), keep_grad = true)]
+fn formatted_name_with_grad() {}
+
+#[gpu_scope(keep_grad = false, release = never, device = tch::Device::Cpu)]
+fn without_grad() {}
+
+fn blocks(model: &mut Model) -> usize {
+    let x = floats(2);
+    let mut cache: Vec<Tensor> = Vec::new();
+    let cache_ref = &mut cache;
+    // Any place expression in `keep`, and a comma after the block.
+    scope!(
+        name = "keep-places",
+        keep = [*cache_ref, model.cache, &x],
+        {
+            cache_ref.push(floats(1));
+            model.cache.push(floats(1));
+            cache_ref.len() + model.cache.len()
+        },
+    )
+}
+
+fn main() {
+    let mut model = Model {
+        name: "model".to_owned(),
+        cache: Vec::new(),
+        steps: 0,
+        last: None,
+    };
+    assert_eq!(model.step(&floats(4)), 1);
+    assert_eq!(gpu_scope::last_report().unwrap().name, "model");
+    literal_budget();
+    large_budget();
+    budget_from_a_signed_integer(1 << 20);
+    formatted_name_with_grad();
+    without_grad();
+    assert_eq!(blocks(&mut model), 3);
+    assert!(model.last.is_none() && model.steps == 1);
+    let _ = (Message::Text(String::new()), Message::Data(floats(1)));
+}
