@@ -424,24 +424,29 @@ int gs_empty_cache(void) noexcept {
 }
 
 int gs_device_stats_unchecked(int dev_index, int64_t* allocated, int64_t* reserved,
-                              int64_t* peak) noexcept {
+                              int64_t* peak, int64_t* releasable) noexcept {
   return protect([&] {
     auto stats = at::accelerator::getDeviceStats(static_cast<c10::DeviceIndex>(dev_index));
     constexpr auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
     *allocated = stats.allocated_bytes[all].current;
     *reserved = stats.reserved_bytes[all].current;
     *peak = stats.allocated_bytes[all].peak;
+    // Free bytes inside segments that are partly in use cannot be released.
+    *releasable = stats.reserved_bytes[all].current - stats.active_bytes[all].current -
+                  stats.inactive_split_bytes[all].current;
   });
 }
 
-int gs_device_stats(int dev_index, int64_t* allocated, int64_t* reserved,
-                    int64_t* peak) noexcept {
-  *allocated = *reserved = *peak = 0;
+int gs_device_stats(int dev_index, int64_t* allocated, int64_t* reserved, int64_t* peak,
+                    int64_t* releasable) noexcept {
+  *allocated = *reserved = *peak = *releasable = 0;
   // Before the device's lazy init libtorch throws "Invalid device argument": nothing has been
   // allocated yet, so the answer is zeros.
   int initialized = 0;
   if (gs_accelerator_initialized(&initialized) != 0) return -1;
-  return initialized != 0 ? gs_device_stats_unchecked(dev_index, allocated, reserved, peak) : 0;
+  return initialized != 0
+             ? gs_device_stats_unchecked(dev_index, allocated, reserved, peak, releasable)
+             : 0;
 }
 
 int gs_reset_peak(int dev_index) noexcept {

@@ -66,11 +66,13 @@ int gs_tensor_storages(const void* tensor, gs_storage* out, size_t cap, size_t* 
 int gs_accelerator(int* dev_type, int* count) GS_NOEXCEPT;
 int gs_accelerator_initialized(int* initialized) GS_NOEXCEPT;
 int gs_empty_cache(void) GS_NOEXCEPT;
-int gs_device_stats(int dev_index, int64_t* allocated, int64_t* reserved,
-                    int64_t* peak) GS_NOEXCEPT;
+// The caching allocator's counters of a device (zeros before its first allocation). `releasable`
+// is what emptyCache would give back: reserved memory in segments nothing uses at all.
+int gs_device_stats(int dev_index, int64_t* allocated, int64_t* reserved, int64_t* peak,
+                    int64_t* releasable) GS_NOEXCEPT;
 // For tests: the same without the initialized check, to see libtorch's own error.
 int gs_device_stats_unchecked(int dev_index, int64_t* allocated, int64_t* reserved,
-                              int64_t* peak) GS_NOEXCEPT;
+                              int64_t* peak, int64_t* releasable) GS_NOEXCEPT;
 int gs_reset_peak(int dev_index) GS_NOEXCEPT;
 // The driver's free and total memory of accelerator device `dev_index`.
 int gs_memory_info(int dev_index, uint64_t* free_bytes, uint64_t* total_bytes) GS_NOEXCEPT;

@@ -37,10 +37,10 @@ pub fn empty_cache_calls() -> u64 {
 /// A libtorch error message as gpu-scope reads it from the shim: the full text, NUL bytes
 /// shown as `\0` (for the test that no message is ever cut short).
 pub fn accelerator_stats_error(dev_index: i32) -> Option<String> {
-    let (mut a, mut r, mut p) = (0, 0, 0);
+    let (mut a, mut r, mut p, mut f) = (0, 0, 0, 0);
     // SAFETY: plain out-pointers.
     crate::ffi::check(unsafe {
-        crate::ffi::gs_device_stats_unchecked(dev_index, &mut a, &mut r, &mut p)
+        crate::ffi::gs_device_stats_unchecked(dev_index, &mut a, &mut r, &mut p, &mut f)
     })
     .err()
 }

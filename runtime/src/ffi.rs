@@ -53,12 +53,14 @@ extern "C" {
         allocated: *mut i64,
         reserved: *mut i64,
         peak: *mut i64,
+        releasable: *mut i64,
     ) -> c_int;
     pub(crate) fn gs_device_stats_unchecked(
         dev_index: c_int,
         allocated: *mut i64,
         reserved: *mut i64,
         peak: *mut i64,
+        releasable: *mut i64,
     ) -> c_int;
     pub(crate) fn gs_reset_peak(dev_index: c_int) -> c_int;
     pub(crate) fn gs_memory_info(dev_index: c_int, free: *mut u64, total: *mut u64) -> c_int;

@@ -21,6 +21,9 @@ pub struct MemoryStats {
     pub reserved: u64,
     /// Highest `allocated` since the last [`reset_peak`].
     pub peak: u64,
+    /// Reserved bytes that [`empty_cache`] would give back now: cached segments nothing in
+    /// them is using (free space inside partly used segments stays reserved). 0 on the CPU.
+    pub releasable: u64,
 }
 
 /// What this process's libtorch offers for devices.
@@ -97,13 +100,16 @@ pub(crate) fn check_device(device: tch::Device) -> Result<Option<i32>, Error> {
 
 /// The caching allocator's counters of accelerator device `index` (zeros before first use).
 pub(crate) fn device_stats(index: i32) -> Result<MemoryStats, Error> {
-    let (mut allocated, mut reserved, mut peak) = (0, 0, 0);
+    let (mut allocated, mut reserved, mut peak, mut releasable) = (0, 0, 0, 0);
     // SAFETY: plain out-pointers.
-    ffi::torch(unsafe { ffi::gs_device_stats(index, &mut allocated, &mut reserved, &mut peak) })?;
+    ffi::torch(unsafe {
+        ffi::gs_device_stats(index, &mut allocated, &mut reserved, &mut peak, &mut releasable)
+    })?;
     Ok(MemoryStats {
         allocated: allocated.max(0) as u64,
         reserved: reserved.max(0) as u64,
         peak: peak.max(0) as u64,
+        releasable: releasable.max(0) as u64,
     })
 }
 
@@ -118,6 +124,7 @@ pub fn memory_stats(device: tch::Device) -> Result<MemoryStats, Error> {
                 allocated: live,
                 reserved: live,
                 peak,
+                releasable: 0,
             })
         }
     }

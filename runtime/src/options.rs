@@ -36,14 +36,15 @@ impl EscapePolicy {
 #[serde(rename_all = "lowercase")]
 pub enum ReleasePolicy {
     /// When the outermost scope of the thread ends, if it allocated on an accelerator and the
-    /// cache holds blocks nothing uses (default). A scope that allocated nothing on a device
-    /// costs nothing here.
+    /// cache holds segments nothing uses (default). A scope that allocated nothing on a device
+    /// costs nothing here, and no `emptyCache` runs when it would give nothing back.
     Outermost,
     /// Whenever this scope ends. `emptyCache` is slow: avoid on hot inner scopes.
     Always,
     /// Never.
     Never,
-    /// When the cached-but-unused bytes on a device the scope used exceed this many.
+    /// When the releasable cached bytes (see [`MemoryStats::releasable`](crate::MemoryStats))
+    /// on a device the scope used exceed this many.
     Above(u64),
 }
 

@@ -19,15 +19,12 @@ pub(crate) fn run(policy: ReleasePolicy, outermost: bool, used: &[DeviceId]) -> 
         return Released::default();
     }
     let stats = |d: &DeviceId| memory::device_stats(d.index()).unwrap_or_default();
-    let unused = |d: &DeviceId| {
-        let s = stats(d);
-        s.reserved.saturating_sub(s.allocated)
-    };
+    let releasable = |d: &DeviceId| stats(d).releasable;
     let run = match policy {
         ReleasePolicy::Never => false,
         ReleasePolicy::Always => true,
-        ReleasePolicy::Outermost => outermost && used.iter().any(|d| unused(d) > 0),
-        ReleasePolicy::Above(limit) => used.iter().any(|d| unused(d) > limit),
+        ReleasePolicy::Outermost => outermost && used.iter().any(|d| releasable(d) > 0),
+        ReleasePolicy::Above(limit) => used.iter().any(|d| releasable(d) > limit),
     };
     if !run {
         return Released::default();
