@@ -93,26 +93,7 @@ fn returns(
         local::local(ERROR, span),
     );
     let private = quote_spanned!(span=> ::gpu_scope::__private);
-
-    let mut keep = Kept::default();
-    match ret_ty {
-        None => {}
-        Some(ty) if types::has_impl_trait(ty) => keep.lenient(&ret),
-        Some(ty) => keep.checked(local::local(RET, ty.span()), Some(ty), ty.span()),
-    }
-    args.roots.iter().for_each(|root| keep.lenient(root));
-    let mut shares = Vec::new();
-    for (i, owned) in args.owned.iter().enumerate() {
-        let handle = format_ident!("{}{}", SHARED, i, span = span);
-        shares.push(quote_spanned! {span=>
-            let #handle = {
-                use #private::{ViaShared as _, ViaSharedUnseen as _, ViaUnshared as _};
-                (&&#private::Owned(&#owned)).__gpu_scope_share()
-            };
-        });
-        keep.checked(&handle, None, span);
-    }
-    let collect = keep.collect();
+    let (shares, collect) = kept_values(args, ret_ty);
 
     // Sync: a guard, and the body run as a closure. Async: a future whose output comes with
     // the end of its scope.
@@ -175,6 +156,31 @@ fn returns(
         let #error = #failed;
         #fail
     }
+}
+
+/// The weak handles taken before the body, and the collection of kept values after it: the
+/// return value, the borrowed arguments, and what the handles still reach.
+fn kept_values(args: &Args, ret_ty: Option<&Type>) -> (Vec<TokenStream>, TokenStream) {
+    let span = Span::mixed_site();
+    let mut kept = Kept::default();
+    match ret_ty {
+        None => {}
+        Some(ty) if types::has_impl_trait(ty) => kept.lenient(local::local(RET, span)),
+        Some(ty) => kept.checked(local::local(RET, ty.span()), Some(ty), ty.span()),
+    }
+    args.roots.iter().for_each(|root| kept.lenient(root));
+    let mut shares = Vec::new();
+    for (i, owned) in args.owned.iter().enumerate() {
+        let handle = format_ident!("{}{}", SHARED, i, span = span);
+        shares.push(quote_spanned! {span=>
+            let #handle = {
+                use ::gpu_scope::__private::{ViaShared as _, ViaSharedUnseen as _, ViaUnshared as _};
+                (&&::gpu_scope::__private::Owned(&#owned)).__gpu_scope_share()
+            };
+        });
+        kept.checked(&handle, None, span);
+    }
+    (shares, kept.collect())
 }
 
 /// `{ reborrow; rebinds; fake return; user's block }`: what the closure or async block runs.
