@@ -2,7 +2,7 @@
 mod common;
 use common::floats;
 use gpu_scope::{gpu_scope, Error};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use tch::Tensor;
 
 static SINK: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
@@ -72,4 +72,27 @@ async fn cancelled_future_ends_without_check() {
     // A clean scope on this task afterwards sees nothing of the cancelled one.
     let (_, report) = gpu_scope::scope(common::strict("after"), || floats(1)).unwrap();
     assert_eq!(report.allocated, 4);
+}
+
+#[gpu_scope(on_escape = error)]
+async fn fill_shared(cache: Arc<Mutex<Vec<Tensor>>>) -> Result<(), Error> {
+    tokio::task::yield_now().await;
+    cache.lock().unwrap().push(floats(4));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_argument_is_kept_across_polls() {
+    let cache = Arc::new(Mutex::new(Vec::new()));
+    let (result, report) = tokio::spawn(assert_send(async move {
+        let result = fill_shared(Arc::clone(&cache)).await;
+        (
+            result.map(|()| cache.lock().unwrap().len()),
+            gpu_scope::last_report().unwrap(),
+        )
+    }))
+    .await
+    .unwrap();
+    assert_eq!(result.unwrap(), 1);
+    assert!(report.is_clean(), "{report}");
 }

@@ -248,3 +248,82 @@ fn unsafe_fn_works() {
     let x = 5;
     assert_eq!(unsafe { unsafe_fn(&x) }, 5);
 }
+
+#[gpu_scope]
+fn diverges(n: i64) -> ! {
+    let _t = floats(n);
+    panic!("stop")
+}
+
+#[test]
+fn a_function_returning_never_ends_its_scope_unchecked_when_it_unwinds() {
+    assert!(std::panic::catch_unwind(|| diverges(2)).is_err());
+    assert!(!last_report().unwrap().checked);
+    assert!(
+        plain(1).is_ok(),
+        "the thread's scopes are consistent afterwards"
+    );
+}
+
+#[gpu_scope(on_escape = error, max_peak = 4 * x.numel())]
+fn budget_of(x: &Tensor, n: i64) -> Result<(), Error> {
+    drop(floats(n));
+    Ok(())
+}
+
+#[gpu_scope(on_escape = error, max_peak = 8 * 1024 * 1024 * 1024)]
+fn budget_over_i32() -> Result<Tensor, Error> {
+    Ok(floats(4))
+}
+
+#[gpu_scope(on_escape = error, max_peak = limit)]
+fn budget_signed(limit: i64) -> Result<(), Error> {
+    drop(floats(1));
+    Ok(())
+}
+
+#[test]
+fn budget_from_any_integer_expression() {
+    let x = floats(256);
+    assert!(budget_of(&x, 256).is_ok());
+    assert!(matches!(budget_of(&x, 512), Err(Error::OverBudget(_))));
+    assert!(budget_over_i32().is_ok());
+    assert_eq!(last_report().unwrap().max_peak, Some(8 << 30));
+    assert!(budget_signed(1 << 20).is_ok());
+    // A negative budget cannot be met: every allocation goes over it.
+    assert!(matches!(budget_signed(-1), Err(Error::OverBudget(_))));
+}
+
+struct Named {
+    name: String,
+}
+
+impl Named {
+    #[gpu_scope(name = self.name.as_str())]
+    fn run(&self) {}
+}
+
+#[test]
+fn a_name_may_borrow() {
+    let named = Named {
+        name: format!("step-{}", 3),
+    };
+    named.run();
+    assert_eq!(last_report().unwrap().name, "step-3");
+}
+
+#[gpu_scope(keep_grad = true)]
+fn with_grad_true() -> bool {
+    tracks_grad()
+}
+
+#[gpu_scope(keep_grad = false)]
+fn with_grad_false() -> bool {
+    tracks_grad()
+}
+
+#[test]
+fn keep_grad_takes_a_bool() {
+    assert!(with_grad_true());
+    assert!(!with_grad_false());
+}

@@ -79,3 +79,27 @@ fn break_hands_live_blocks_to_the_enclosing_scope() {
     .unwrap();
     assert!(outer.is_clean(), "{outer}");
 }
+
+#[test]
+fn a_comma_after_the_block() {
+    let t = scope!(name = "comma", { floats(2) },);
+    assert_eq!(t.size(), [2]);
+    assert_eq!(last_report().unwrap().name, "comma");
+}
+
+struct Holder {
+    cache: Vec<Tensor>,
+}
+
+#[test]
+fn keep_takes_place_expressions() {
+    let mut holder = Holder { cache: Vec::new() };
+    let extra = floats(2);
+    let n = scope!(on_escape = error, keep = [holder.cache, &extra], {
+        holder.cache.push(floats(3));
+        holder.cache.len()
+    })
+    .unwrap();
+    assert_eq!(n, 1);
+    assert!(last_report().unwrap().is_clean());
+}

@@ -25,6 +25,23 @@ struct Generic<T> {
 }
 
 #[derive(Tensors)]
+struct Flags {
+    a: Tensor,
+    #[tensors(skip = true)]
+    b: Tensor,
+    #[tensors(skip = false)]
+    c: Tensor,
+}
+
+/// A variant marked `skip` holds nothing the scope should keep (here: a cache it may drop).
+#[derive(Tensors)]
+enum Slot {
+    #[tensors(skip)]
+    Stale(Tensor),
+    Live(Tensor),
+}
+
+#[derive(Tensors)]
 enum Either {
     One(Tensor),
     Two { x: Tensor, y: Tensor },
@@ -70,6 +87,21 @@ fn fields_are_found_and_skips_skipped() {
     );
     assert_eq!(count(&Either::One(floats(1))), 1);
     assert_eq!(count(&Either::Nothing), 0);
+}
+
+#[test]
+fn skip_takes_a_bool_and_goes_on_variants() {
+    let flags = Flags {
+        a: floats(1),
+        b: floats(1),
+        c: floats(1),
+    };
+    assert_eq!(count(&flags), 2);
+    assert_eq!(flags.b.size(), [1]);
+    let stale = Slot::Stale(floats(1));
+    assert_eq!(count(&stale), 0);
+    assert!(matches!(stale, Slot::Stale(t) if t.size() == [1]));
+    assert_eq!(count(&Slot::Live(floats(1))), 1);
 }
 
 #[test]

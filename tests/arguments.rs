@@ -1,0 +1,196 @@
+//! What `#[gpu_scope]` keeps of a function's arguments: every receiver passed by reference,
+//! and owned `Arc`/`Rc` handles whose contents the caller still holds; not what an owned
+//! argument takes with it, and never a real leak next to them.
+mod common;
+use common::floats;
+use gpu_scope::{gpu_scope, last_report, Error, ScopeReport, Tensors};
+use std::cell::RefCell;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use tch::Tensor;
+
+static SINK: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
+
+#[derive(Tensors, Default)]
+struct Model {
+    cache: Vec<Tensor>,
+    shared: Mutex<Vec<Tensor>>,
+    local: RefCell<Vec<Tensor>>,
+}
+
+impl Model {
+    #[gpu_scope(on_escape = error)]
+    fn typed_mut(self: &mut Self) -> Result<(), Error> {
+        self.cache.push(floats(4));
+        Ok(())
+    }
+
+    #[gpu_scope(on_escape = error)]
+    fn typed_ref(self: &Self) -> Result<(), Error> {
+        self.shared.lock().unwrap().push(floats(4));
+        Ok(())
+    }
+
+    /// The body moves the receiver (`get_mut`); the scope still searches it afterwards.
+    #[gpu_scope(on_escape = error)]
+    fn pinned(self: Pin<&mut Self>) -> Result<(), Error> {
+        self.get_mut().cache.push(floats(4));
+        Ok(())
+    }
+
+    #[gpu_scope(on_escape = error)]
+    fn pinned_ref(self: Pin<&Self>) -> Result<(), Error> {
+        self.local.borrow_mut().push(floats(4));
+        Ok(())
+    }
+
+    #[gpu_scope(on_escape = error)]
+    fn arc_ref(self: &Arc<Self>) -> Result<(), Error> {
+        self.shared.lock().unwrap().push(floats(4));
+        Ok(())
+    }
+
+    #[gpu_scope(on_escape = error)]
+    fn arc(self: Arc<Self>) -> Result<(), Error> {
+        self.shared.lock().unwrap().push(floats(4));
+        Ok(())
+    }
+
+    #[gpu_scope(on_escape = error)]
+    fn rc(self: Rc<Self>) -> Result<(), Error> {
+        self.local.borrow_mut().push(floats(4));
+        Ok(())
+    }
+
+    /// The return value borrows from `self`, which then cannot be searched: what it returns
+    /// is kept, and a real leak beside it is still found.
+    #[gpu_scope(on_escape = error)]
+    fn last_mut(&mut self, leak: bool) -> Result<Option<&mut Tensor>, Error> {
+        if leak {
+            SINK.lock().unwrap().push(floats(2));
+        }
+        Ok(self.cache.last_mut())
+    }
+}
+
+/// The report of a call that must have kept what it stored, and nothing else alive.
+fn kept(result: Result<(), Error>) -> ScopeReport {
+    result.unwrap_or_else(|e| panic!("{e}"));
+    let report = last_report().unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert!(report.kept >= 16, "{report}");
+    report
+}
+
+#[test]
+fn every_reference_receiver_is_kept() {
+    let mut model = Model::default();
+    kept(model.typed_mut());
+    kept(model.typed_ref());
+    kept(Pin::new(&mut model).pinned());
+    kept(Pin::new(&model).pinned_ref());
+    let model = Arc::new(model);
+    kept(model.arc_ref());
+    assert_eq!(model.cache.len(), 2);
+    assert_eq!(model.shared.lock().unwrap().len(), 2);
+    assert_eq!(model.local.borrow().len(), 1);
+}
+
+#[test]
+fn shared_receivers_are_kept_while_the_caller_holds_them() {
+    let model = Arc::new(Model::default());
+    kept(Arc::clone(&model).arc());
+    assert_eq!(model.shared.lock().unwrap().len(), 1);
+    let model = Rc::new(Model::default());
+    kept(Rc::clone(&model).rc());
+    assert_eq!(model.local.borrow().len(), 1);
+}
+
+#[test]
+fn a_borrowing_return_value_is_kept_and_a_leak_beside_it_is_found() {
+    let _serial = common::serial();
+    let mut model = Model::default();
+    model.cache.push(floats(1));
+    assert!(model.last_mut(false).unwrap().is_some());
+    assert!(last_report().unwrap().is_clean());
+    let err = model.last_mut(true).map(|_| ()).unwrap_err();
+    assert_eq!(err.report().unwrap().escaped.len(), 1);
+    SINK.lock().unwrap().clear();
+}
+
+#[gpu_scope(on_escape = error)]
+fn fill_arc(cache: Arc<Mutex<Vec<Tensor>>>, leak: bool) -> Result<(), Error> {
+    cache.lock().unwrap().push(floats(4));
+    if leak {
+        SINK.lock().unwrap().push(floats(2));
+    }
+    Ok(())
+}
+
+#[gpu_scope(on_escape = error)]
+fn fill_rc(cache: Rc<RefCell<Vec<Tensor>>>) -> Result<(), Error> {
+    cache.borrow_mut().push(floats(4));
+    Ok(())
+}
+
+#[test]
+fn owned_handles_shared_with_the_caller_are_kept() {
+    let cache = Arc::new(Mutex::new(Vec::new()));
+    kept(fill_arc(Arc::clone(&cache), false));
+    assert_eq!(cache.lock().unwrap().len(), 1);
+    let cache = Rc::new(RefCell::new(Vec::new()));
+    kept(fill_rc(Rc::clone(&cache)));
+    assert_eq!(cache.borrow().len(), 1);
+}
+
+#[test]
+fn a_leak_beside_a_shared_handle_is_still_found() {
+    let _serial = common::serial();
+    let cache = Arc::new(Mutex::new(Vec::new()));
+    let err = fill_arc(Arc::clone(&cache), true).unwrap_err();
+    let report = err.report().unwrap();
+    assert_eq!(report.escaped.len(), 1, "{report}");
+    assert_eq!(cache.lock().unwrap().len(), 1);
+    SINK.lock().unwrap().clear();
+}
+
+#[test]
+fn a_handle_the_caller_gave_away_dies_inside() {
+    kept_nothing(fill_arc(Arc::new(Mutex::new(Vec::new())), false));
+}
+
+#[gpu_scope(on_escape = error)]
+fn unwrap_arc(cache: Arc<Vec<Tensor>>) -> Result<usize, Error> {
+    // The scope's handle is weak: the body still owns the only strong reference.
+    Ok(Arc::try_unwrap(cache).map_or(0, |v| v.len()))
+}
+
+#[test]
+fn the_body_still_owns_its_arc() {
+    assert_eq!(unwrap_arc(Arc::new(vec![floats(1)])).unwrap(), 1);
+}
+
+/// A scope whose allocations all died inside it.
+fn kept_nothing(result: Result<(), Error>) {
+    result.unwrap_or_else(|e| panic!("{e}"));
+    let report = last_report().unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.kept, 0, "{report}");
+}
+
+struct Opaque;
+
+#[gpu_scope(on_escape = error)]
+fn opaque_arc(config: Arc<Opaque>) -> Result<(), Error> {
+    drop(config);
+    Ok(())
+}
+
+#[test]
+fn a_shared_handle_without_the_trait_is_named_in_the_report() {
+    let config = Arc::new(Opaque);
+    kept_nothing(opaque_arc(Arc::clone(&config)));
+    let report = last_report().unwrap();
+    assert_eq!(report.opaque_kept, ["alloc::sync::Arc<arguments::Opaque>"]);
+}
