@@ -50,6 +50,7 @@ pub(crate) enum Policy {
     Ignore,
 }
 
+#[derive(Clone, Copy)]
 pub(crate) enum Release {
     Outermost,
     Always,
@@ -199,50 +200,62 @@ fn set<T>(
 }
 
 fn parse_policy(input: ParseStream) -> syn::Result<Policy> {
-    let word: Ident = input.parse().map_err(|e| {
-        syn::Error::new(
-            e.span(),
-            "write the policy as a bare word: `on_escape = panic | warn | error | ignore`",
-        )
-    })?;
-    Ok(match word.to_string().as_str() {
-        "panic" => Policy::Panic,
-        "warn" => Policy::Warn,
-        "error" => Policy::Error,
-        "ignore" => Policy::Ignore,
-        _ => {
-            return Err(syn::Error::new(
-                word.span(),
-                format!("unknown escape policy `{word}`; write one of panic, warn, error, ignore"),
-            ))
-        }
-    })
+    one_of(
+        input,
+        "write the policy as a bare word: `on_escape = panic | warn | error | ignore`",
+        "escape policy",
+        &[
+            ("panic", Policy::Panic),
+            ("warn", Policy::Warn),
+            ("error", Policy::Error),
+            ("ignore", Policy::Ignore),
+        ],
+        "",
+    )
 }
 
 fn parse_release(input: ParseStream) -> syn::Result<Release> {
     if input.peek(LitStr) {
         return Ok(Release::Above(size_literal(&input.parse()?)?));
     }
-    let word: Ident = input.parse().map_err(|e| {
-        syn::Error::new(
-            e.span(),
-            "write `release = outermost | always | never | \"<size>\"`",
-        )
-    })?;
-    Ok(match word.to_string().as_str() {
-        "outermost" => Release::Outermost,
-        "always" => Release::Always,
-        "never" => Release::Never,
-        _ => {
-            return Err(syn::Error::new(
+    one_of(
+        input,
+        "write `release = outermost | always | never | \"<size>\"`",
+        "release policy",
+        &[
+            ("outermost", Release::Outermost),
+            ("always", Release::Always),
+            ("never", Release::Never),
+        ],
+        ", or a size such as \"1 GiB\"",
+    )
+}
+
+/// A bare word among `words`; `write` says what to write where there is no word, and an
+/// unknown word gets the list of choices (and `more`).
+fn one_of<T: Copy>(
+    input: ParseStream,
+    write: &str,
+    what: &str,
+    words: &[(&str, T)],
+    more: &str,
+) -> syn::Result<T> {
+    let word: Ident = input
+        .parse()
+        .map_err(|e| syn::Error::new(e.span(), write))?;
+    match words.iter().find(|(w, _)| word == w) {
+        Some(&(_, value)) => Ok(value),
+        None => {
+            let choices: Vec<&str> = words.iter().map(|(w, _)| *w).collect();
+            Err(syn::Error::new(
                 word.span(),
                 format!(
-                    "unknown release policy `{word}`; write one of outermost, always, never, \
-                     or a size such as \"1 GiB\""
+                    "unknown {what} `{word}`; write one of {}{more}",
+                    choices.join(", ")
                 ),
             ))
         }
-    })
+    }
 }
 
 fn size_literal(lit: &LitStr) -> syn::Result<u64> {
