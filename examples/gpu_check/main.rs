@@ -35,7 +35,10 @@ fn main() {
     let fake = info.backend == "fake-cuda";
     // Initialise CUDA first, as a program that loads its models before its scopes would: the
     // allocator's tracker attaches at the first allocation.
-    drop(tch::Tensor::zeros([1], (tch::Kind::Float, tch::Device::Cuda(0))));
+    drop(tch::Tensor::zeros(
+        [1],
+        (tch::Kind::Float, tch::Device::Cuda(0)),
+    ));
     let mut failed = 0;
     for (name, check) in checks::ALL {
         let started = std::time::Instant::now();

@@ -337,11 +337,9 @@ int gs_install(void) noexcept {
   });
 }
 
-int gs_thread_enter(const void* owner, int operators, uint64_t* callback,
-                    int* stepped_aside) noexcept {
+int gs_thread_enter(const void* owner, int* stepped_aside) noexcept {
   return protect([&] {
     thread_local std::shared_ptr<Reporter> reporter = std::make_shared<Reporter>(owner);
-    *callback = 0;
     *stepped_aside = 0;
     c10::DebugInfoBase* top = slot();
     if (top == nullptr) {
@@ -352,12 +350,23 @@ int gs_thread_enter(const void* owner, int operators, uint64_t* callback,
     }
     thread_owner = owner;
     try_attach_tracker();
-    if (operators != 0) {
-      auto ops = at::RecordFunctionCallback(&on_op_start, &on_op_end)
-                     .needsOutputs(true)
-                     .scopes({at::RecordScope::FUNCTION});
-      *callback = at::addThreadLocalCallback(ops);
-    }
+  });
+}
+
+int gs_ops_begin(uint64_t* callback) noexcept {
+  return protect([&] {
+    auto ops = at::RecordFunctionCallback(&on_op_start, &on_op_end)
+                   .needsOutputs(true)
+                   .scopes({at::RecordScope::FUNCTION});
+    *callback = at::addThreadLocalCallback(ops);
+  });
+}
+
+int gs_ops_end(uint64_t callback) noexcept {
+  return protect([&] {
+    at::removeCallback(callback);
+    op_depth = 0;
+    op_name = nullptr;
   });
 }
 
@@ -365,17 +374,14 @@ int gs_attach_tracker(int* attached) noexcept {
   return protect([&] { *attached = try_attach_tracker() ? 1 : 0; });
 }
 
-int gs_thread_leave(uint64_t callback) noexcept {
+int gs_thread_leave(void) noexcept {
   return protect([&] {
-    if (callback != 0) at::removeCallback(callback);
     // Pop only our own reporter: a profiler started inside the scope may sit on top of it,
     // and then it stays below until a later scope finds it on top.
     if (as_reporter(slot()) != nullptr) {
       c10::ThreadLocalDebugInfo::_pop(c10::DebugInfoKind::PROFILER_STATE);
     }
     thread_owner = nullptr;
-    op_depth = 0;
-    op_name = nullptr;
     try_attach_tracker();
   });
 }

@@ -48,16 +48,18 @@ void gs_last_error(const char** message, size_t* len) GS_NOEXCEPT;
 // Wraps the CPU allocator (once per process).
 int gs_install(void) GS_NOEXCEPT;
 // The thread's first scope opens: installs its reporter (unless a profiler holds the slot:
-// then *stepped_aside = 1) and, when `operators`, the operator callback of attribution (its
-// handle in *callback, else 0). `owner` identifies the thread's Rust state; the reporter keeps
-// a reference.
-int gs_thread_enter(const void* owner, int operators, uint64_t* callback,
-                    int* stepped_aside) GS_NOEXCEPT;
+// then *stepped_aside = 1). `owner` identifies the thread's Rust state; the reporter keeps a
+// reference.
+int gs_thread_enter(const void* owner, int* stepped_aside) GS_NOEXCEPT;
+// Attribution on this thread: installs the operator callback (its handle in *callback) that
+// names the outermost operator of each allocation and the shape of the tensors it returned.
+int gs_ops_begin(uint64_t* callback) GS_NOEXCEPT;
+int gs_ops_end(uint64_t callback) GS_NOEXCEPT;
 // Attaches gpu-scope's tracker to the backend's allocator if that is initialized; *attached
 // says whether it is attached now.
 int gs_attach_tracker(int* attached) GS_NOEXCEPT;
 // The thread's last scope closes: removes what gs_thread_enter installed.
-int gs_thread_leave(uint64_t callback) GS_NOEXCEPT;
+int gs_thread_leave(void) GS_NOEXCEPT;
 int gs_set_grad_enabled(int enabled, int* previous) GS_NOEXCEPT;
 // The storages a tensor owns, whatever its layout (dense, sparse, MKLDNN), and its gradient's;
 // at most `cap` in `out`, their number in *n.

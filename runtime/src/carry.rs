@@ -43,7 +43,7 @@ impl ScopeHandle {
     /// worker threads allocate for it) is charged to the scope; scopes opened inside nest in
     /// it. The thread's autograd mode is left as it is.
     pub fn in_scope<R>(&self, f: impl FnOnce() -> R) -> R {
-        let _entered = Entered(thread::push(self.frame.clone(), false).ok());
+        let _entered = Entered(thread::push(self.frame.clone(), false, false).ok());
         f()
     }
 

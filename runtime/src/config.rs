@@ -6,17 +6,17 @@
 //! | variable | accepts | default |
 //! |---|---|---|
 //! | [`ESCAPE_POLICY_ENV`] | `panic`, `warn`, `ignore` | `panic` with debug assertions, else `warn` |
-//! | [`OPERATORS_ENV`] | `on`/`off` (or `1`/`0`, `true`/`false`, `yes`/`no`) | `on` |
+//! | [`OPERATORS_ENV`] | `on`, `on-leak`, `off` (or `1`/`0`, `true`/`false`, `yes`/`no`) | `on` with debug assertions, else `on-leak` |
 //! | [`BACKTRACE_ENV`] | `on`/`off` (same words) | `off` |
 use crate::options::EscapePolicy;
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{LazyLock, Mutex};
 
 /// Overrides the default escape policy at deploy time: `panic`, `warn` or `ignore`. (`error`
 /// changes what a function returns, so it can only be chosen in code: `on_escape = error`.)
 pub const ESCAPE_POLICY_ENV: &str = "GPU_SCOPE_ON_ESCAPE";
-/// `off` turns operator attribution off by default (see [`set_operator_attribution`]).
+/// Sets the default [`Attribution`]: `on`, `on-leak` or `off`.
 pub const OPERATORS_ENV: &str = "GPU_SCOPE_OPERATORS";
 /// `on` records the Rust backtrace of every allocation made inside a scope (slow).
 pub const BACKTRACE_ENV: &str = "GPU_SCOPE_BACKTRACE";
@@ -84,19 +84,61 @@ pub(crate) fn backtraces() -> bool {
     *ON
 }
 
-static OPERATORS: LazyLock<AtomicBool> =
-    LazyLock::new(|| AtomicBool::new(switch(OPERATORS_ENV, true)));
-
-/// Whether scopes record, for each allocation, the operator that made it and the shape and
-/// dtype of its tensor (on by default; [`OPERATORS_ENV`] sets the default). Attribution costs a
-/// libtorch record function per operator run inside a scope (see BENCHMARKS.md); without it,
-/// reports still list every escaped allocation with its size, device and address.
-/// Takes effect for threads that open their outermost scope after the call.
-pub fn set_operator_attribution(on: bool) {
-    OPERATORS.store(on, Ordering::Relaxed);
+/// Whether scopes name the operator behind each allocation and the shape and dtype of its
+/// tensor. Attribution costs libtorch's record-function path on every operator run inside an
+/// attributed scope (see BENCHMARKS.md); without it, reports still list every escaped
+/// allocation with its size, device and address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attribution {
+    /// Every scope is attributed (the default with debug assertions: tests and debugging).
+    Always,
+    /// A scope is attributed once a scope at the same place in the code has leaked: the first
+    /// escape there is reported by size, device and address, the next ones by operator and
+    /// shape too; clean code pays nothing (the default without debug assertions).
+    OnLeak,
+    /// No scope is attributed.
+    Off,
 }
 
-/// See [`set_operator_attribution`].
+static ATTRIBUTION: LazyLock<AtomicU8> = LazyLock::new(|| {
+    let words = [
+        "on", "on-leak", "off", "1", "0", "true", "false", "yes", "no",
+    ];
+    let mode = match word(OPERATORS_ENV, &words) {
+        Some("on-leak") => Attribution::OnLeak,
+        Some(w) if ON.contains(&w) => Attribution::Always,
+        Some(_) => Attribution::Off,
+        None if cfg!(debug_assertions) => Attribution::Always,
+        None => Attribution::OnLeak,
+    };
+    AtomicU8::new(mode as u8)
+});
+
+/// Sets how scopes attribute allocations (default from [`OPERATORS_ENV`], else `Always` with
+/// debug assertions and `OnLeak` without). Takes effect for scopes opened after the call.
+pub fn set_attribution(mode: Attribution) {
+    ATTRIBUTION.store(mode as u8, Ordering::Relaxed);
+}
+
+/// See [`set_attribution`].
+pub fn attribution() -> Attribution {
+    match ATTRIBUTION.load(Ordering::Relaxed) {
+        0 => Attribution::Always,
+        1 => Attribution::OnLeak,
+        _ => Attribution::Off,
+    }
+}
+
+/// `set_attribution(Always)` or `set_attribution(Off)`.
+pub fn set_operator_attribution(on: bool) {
+    set_attribution(if on {
+        Attribution::Always
+    } else {
+        Attribution::Off
+    });
+}
+
+/// Whether scopes opened now are attributed without having leaked first (`Always`).
 pub fn operator_attribution() -> bool {
-    OPERATORS.load(Ordering::Relaxed)
+    attribution() == Attribution::Always
 }

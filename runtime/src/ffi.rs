@@ -29,13 +29,10 @@ pub(crate) type WorkspaceVisitor = unsafe extern "C" fn(
 extern "C" {
     fn gs_last_error(message: *mut *const c_char, len: *mut usize);
     pub(crate) fn gs_install() -> c_int;
-    fn gs_thread_enter(
-        owner: *const c_void,
-        operators: c_int,
-        callback: *mut u64,
-        stepped_aside: *mut c_int,
-    ) -> c_int;
-    fn gs_thread_leave(callback: u64) -> c_int;
+    fn gs_thread_enter(owner: *const c_void, stepped_aside: *mut c_int) -> c_int;
+    fn gs_ops_begin(callback: *mut u64) -> c_int;
+    fn gs_ops_end(callback: u64) -> c_int;
+    fn gs_thread_leave() -> c_int;
     fn gs_attach_tracker(attached: *mut c_int) -> c_int;
     pub(crate) fn gs_set_grad_enabled(enabled: c_int, previous: *mut c_int) -> c_int;
     pub(crate) fn gs_tensor_storages(
@@ -101,7 +98,6 @@ pub(crate) fn torch(status: c_int) -> Result<(), Error> {
 /// What `thread_enter` installed on a thread.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ThreadHooks {
-    callback: u64,
     /// A libtorch profiler held the reporting slot: accelerator allocations on this thread
     /// are not seen while it does.
     pub stepped_aside: bool,
@@ -115,23 +111,13 @@ pub(crate) fn thread_enter(owner: &std::sync::Arc<Owner>) -> Result<ThreadHooks,
         .get_or_init(|| check(unsafe { gs_install() }))
         .clone()
         .map_err(Error::Torch)?;
-    let mut hooks = ThreadHooks {
-        callback: 0,
-        stepped_aside: false,
-    };
     let mut aside = 0;
-    let operators = c_int::from(crate::config::operator_attribution());
     // SAFETY: `owner` outlives the hooks (the thread's state holds it, and the reporter takes
-    // its own reference); the out-pointers are valid.
-    torch(unsafe {
-        gs_thread_enter(
-            std::sync::Arc::as_ptr(owner).cast(),
-            operators,
-            &mut hooks.callback,
-            &mut aside,
-        )
-    })?;
-    hooks.stepped_aside = aside != 0;
+    // its own reference); the out-pointer is valid.
+    torch(unsafe { gs_thread_enter(std::sync::Arc::as_ptr(owner).cast(), &mut aside) })?;
+    let hooks = ThreadHooks {
+        stepped_aside: aside != 0,
+    };
     if hooks.stepped_aside {
         crate::config::warn_once(
             "gpu-scope: a libtorch profiler holds this thread's memory-reporting slot; \
@@ -142,10 +128,25 @@ pub(crate) fn thread_enter(owner: &std::sync::Arc<Owner>) -> Result<ThreadHooks,
 }
 
 /// Removes what `thread_enter` installed.
-pub(crate) fn thread_leave(hooks: ThreadHooks) {
-    // SAFETY: the handles from `thread_enter`. Removing only fails if libtorch is broken, and
-    // then nothing better than leaving the hooks in place can be done.
-    let _ = check(unsafe { gs_thread_leave(hooks.callback) });
+pub(crate) fn thread_leave() {
+    // SAFETY: no arguments. Removing only fails if libtorch is broken, and then nothing better
+    // than leaving the reporter in place can be done.
+    let _ = check(unsafe { gs_thread_leave() });
+}
+
+/// Installs the operator callback of attribution on this thread; its handle, or `None`.
+pub(crate) fn ops_begin() -> Option<u64> {
+    let mut callback = 0;
+    // SAFETY: a plain out-pointer.
+    check(unsafe { gs_ops_begin(&mut callback) })
+        .ok()
+        .map(|()| callback)
+}
+
+/// Removes what `ops_begin` installed.
+pub(crate) fn ops_end(callback: u64) {
+    // SAFETY: a handle from `ops_begin`.
+    let _ = check(unsafe { gs_ops_end(callback) });
 }
 
 /// Attaches the allocator tracker (which sees every free, and says what each block was

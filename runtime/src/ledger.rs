@@ -442,30 +442,35 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
         stats,
         ..Default::default()
     };
-    for key in keys {
+    let mut judged: Vec<(Key, Fate)> = keys
+        .into_iter()
+        .filter_map(|key| {
+            let map = shard(key);
+            // Freed on another thread after the frame was locked: nothing to judge.
+            let entry = map.get(&key)?;
+            Some((
+                key,
+                judge.fate(key, entry, entry.kept_past == Some(frame.id)),
+            ))
+        })
+        .collect();
+    let stays = |fate: &Fate| matches!(fate, Fate::Kept | Fate::HeldOutside(_));
+    // What leaves goes first: an enclosing scope charged with blocks it now receives (an async
+    // scope closing elsewhere than it ran) must not count them while it still counts the
+    // blocks that leave, or its peak would depend on the order of a hash set.
+    judged.sort_by_key(|(_, fate)| stays(fate));
+    for (key, fate) in judged {
         let mut map = shard(key);
-        // Freed on another thread after the frame was locked: nothing to judge.
         let Some(entry) = map.get_mut(&key) else {
             continue;
         };
         let bytes = entry.bytes;
-        let fate = judge.fate(key, entry, entry.kept_past == Some(frame.id));
-        let stays = match fate {
-            Fate::Kept => {
-                closed.kept.both(key.1, |c| c.gain(bytes));
-                true
-            }
-            Fate::HeldOutside(held) => {
-                closed.held.push((held, key.1, bytes));
-                true
-            }
-            Fate::Library(held) => {
-                closed.held.push((held, key.1, bytes));
-                false
-            }
-            Fate::Escaped => false,
-        };
-        match (stays, enclosing) {
+        match fate {
+            Fate::Kept => closed.kept.both(key.1, |c| c.gain(bytes)),
+            Fate::HeldOutside(held) | Fate::Library(held) => closed.held.push((held, key.1, bytes)),
+            Fate::Escaped => {}
+        }
+        match (stays(&fate), enclosing) {
             (true, Some(chain)) => hand_on(key, entry, chain),
             _ => {
                 if let Some(entry) = untrack_entry(&mut map, key) {

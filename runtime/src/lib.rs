@@ -20,6 +20,7 @@ mod policy;
 mod release;
 mod report;
 mod scope;
+mod sites;
 mod tensors;
 mod thread;
 mod trace;

@@ -19,7 +19,7 @@ use crate::release::{self, Released};
 use crate::report::{self, DeviceReport, Escape, Held, HeldBy, ScopeReport, Untracked};
 use crate::tensors::StorageSet;
 use crate::thread::{self, Token};
-use crate::{ffi, grad, policy, Error};
+use crate::{ffi, grad, policy, sites, Error};
 use std::ffi::c_int;
 use std::sync::{Arc, LazyLock};
 use std::time::Instant;
@@ -43,6 +43,8 @@ pub(crate) struct OpenScope {
     placed: Option<Placed>,
     /// A thread it ran on could not install its reporter (a libtorch profiler held the slot).
     stepped_aside: bool,
+    /// It ran with operators and shapes attributed throughout.
+    attributed: bool,
     closed: bool,
 }
 
@@ -60,6 +62,7 @@ impl OpenScope {
             opts,
             placed: None,
             stepped_aside: false,
+            attributed: true,
             closed: false,
         };
         scope.place(true)?;
@@ -71,8 +74,10 @@ impl OpenScope {
     }
 
     fn place(&mut self, owned: bool) -> Result<(), Error> {
-        let token = thread::push(self.frame.clone(), owned)?;
+        let operators = sites::attributed(self.opts.location);
+        let token = thread::push(self.frame.clone(), owned, operators)?;
         self.stepped_aside |= thread::stepped_aside();
+        self.attributed &= thread::attributing();
         let grad = (!self.opts.keep_grad_mode).then(grad::off);
         self.placed = Some(Placed { token, grad });
         Ok(())
@@ -161,6 +166,9 @@ impl OpenScope {
             Released::default()
         };
         let report = self.report(closed, &kept, untracked, released, checked);
+        if !report.escaped.is_empty() && !self.attributed {
+            sites::leaked(self.opts.location);
+        }
         report::set_last(&report);
         report
     }
@@ -267,6 +275,7 @@ impl OpenScope {
             released: released.ran,
             max_peak: self.opts.max_peak,
             checked,
+            attributed: self.attributed,
             started: self.started.saturating_duration_since(*EPOCH),
             elapsed: self.started.elapsed(),
         }

@@ -103,7 +103,13 @@ pub(crate) fn device_stats(index: i32) -> Result<MemoryStats, Error> {
     let (mut allocated, mut reserved, mut peak, mut releasable) = (0, 0, 0, 0);
     // SAFETY: plain out-pointers.
     ffi::torch(unsafe {
-        ffi::gs_device_stats(index, &mut allocated, &mut reserved, &mut peak, &mut releasable)
+        ffi::gs_device_stats(
+            index,
+            &mut allocated,
+            &mut reserved,
+            &mut peak,
+            &mut releasable,
+        )
     })?;
     Ok(MemoryStats {
         allocated: allocated.max(0) as u64,

@@ -185,6 +185,9 @@ pub struct ScopeReport {
     pub max_peak: Option<u64>,
     /// Whether the exit was checked (false after a panic or an early exit of the block form).
     pub checked: bool,
+    /// Whether allocations were attributed to operators and shapes (see
+    /// [`Attribution`](crate::Attribution)).
+    pub attributed: bool,
     /// Time since the process's first scope when this one started.
     #[serde(serialize_with = "micros")]
     pub started: Duration,
@@ -414,6 +417,13 @@ impl ScopeReport {
                     writeln!(f, "        {line}")?;
                 }
             }
+        }
+        if !self.attributed {
+            writeln!(
+                f,
+                "  (found without attribution: the next scope here names operators and shapes; \
+                 GPU_SCOPE_OPERATORS=on names them always)"
+            )?;
         }
         if !self.opaque_kept.is_empty() {
             writeln!(

@@ -52,8 +52,10 @@ struct ThreadState {
     owner: Arc<Owner>,
     stack: RefCell<Vec<Level>>,
     next: Cell<u64>,
-    /// The shim's callback handles while the stack is not empty.
+    /// What the shim installed while the stack is not empty.
     hooks: Cell<Option<ffi::ThreadHooks>>,
+    /// The operator callback of attribution, and the level that installed it.
+    ops: Cell<Option<(u64, Token)>>,
 }
 
 impl Drop for ThreadState {
@@ -73,17 +75,23 @@ thread_local! {
         stack: RefCell::default(),
         next: Cell::new(0),
         hooks: Cell::new(None),
+        ops: Cell::new(None),
     };
 }
 
-/// Puts `frame` on top of this thread's stack; installs the hooks if it was empty.
-pub(crate) fn push(frame: Arc<Frame>, owned: bool) -> Result<Token, Error> {
+/// Puts `frame` on top of this thread's stack; installs the hooks if it was empty, and the
+/// operator callback if `operators` and it is not installed yet.
+pub(crate) fn push(frame: Arc<Frame>, owned: bool, operators: bool) -> Result<Token, Error> {
     THREAD.with(|t| {
         if t.stack.borrow().is_empty() {
             t.hooks.set(Some(ffi::thread_enter(&t.owner)?));
         }
         let token = Token(t.next.get());
         t.next.set(token.0 + 1);
+        if operators && t.ops.get().is_none() {
+            t.ops
+                .set(ffi::ops_begin().map(|callback| (callback, token)));
+        }
         let mut stack = t.stack.borrow_mut();
         stack.push(Level {
             token,
@@ -125,11 +133,15 @@ pub(crate) fn pop(token: Token) {
         t.owner.set(&stack);
         let empty = stack.is_empty();
         drop(stack);
-        drop(dropped);
-        if empty {
-            if let Some(hooks) = t.hooks.take() {
-                ffi::thread_leave(hooks);
+        if let Some((callback, level)) = t.ops.get() {
+            if dropped.iter().any(|l| l.token == level) {
+                ffi::ops_end(callback);
+                t.ops.set(None);
             }
+        }
+        drop(dropped);
+        if empty && t.hooks.take().is_some() {
+            ffi::thread_leave();
         }
     })
 }
@@ -142,6 +154,11 @@ pub(crate) fn innermost() -> Option<Arc<Frame>> {
 /// The frames on this thread's stack, innermost first.
 pub(crate) fn chain() -> Option<Chain> {
     THREAD.with(|t| t.owner.current())
+}
+
+/// Whether operators are attributed on this thread now.
+pub(crate) fn attributing() -> bool {
+    THREAD.with(|t| t.ops.get().is_some())
 }
 
 /// Whether this thread's reporter stepped aside for a libtorch profiler (see `ffi::ThreadHooks`).
