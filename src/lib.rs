@@ -197,11 +197,12 @@ pub use gpu_scope_macros::scope;
 /// ```
 pub use gpu_scope_macros::Tensors;
 pub use gpu_scope_runtime::{
-    clear_workspaces, current, device_info, empty_cache, keep, keep_forever, last_report,
-    memory_stats, operator_attribution, reset_peak, scope, set_operator_attribution, Bytes,
-    Carried, DeviceId, DeviceInfo, DeviceReport, Error, Escape, EscapePolicy, Held, HeldBy,
-    MemoryStats, ReleasePolicy, Scope, ScopeHandle, ScopeOptions, ScopeReport, StorageSet, Tensors,
-    Untracked, BACKTRACE_ENV, ESCAPE_POLICY_ENV, OPERATORS_ENV,
+    attribution, clear_workspaces, current, device_info, empty_cache, keep, keep_forever,
+    last_report, memory_stats, operator_attribution, reset_peak, scope, set_attribution,
+    set_operator_attribution, Attribution, Bytes, Carried, DeviceId, DeviceInfo, DeviceReport,
+    Error, Escape, EscapePolicy, Held, HeldBy, MemoryStats, ReleasePolicy, Scope, ScopeHandle,
+    ScopeOptions, ScopeReport, StorageSet, Tensors, Untracked, BACKTRACE_ENV, ESCAPE_POLICY_ENV,
+    OPERATORS_ENV,
 };
 
 /// Everything generated code needs, under paths the user cannot shadow. Not public API.

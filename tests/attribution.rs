@@ -1,10 +1,13 @@
-//! `set_operator_attribution`: with it off, escapes are still found and sized, only the
-//! operator and tensor shape are missing; back on, they return. (Its own test binary: the
-//! switch is process-wide.)
+//! Attribution modes: off, escapes are still found and sized, only the operator and tensor
+//! shape are missing; on, they return; on-leak (the default in release builds), a place in the
+//! code is attributed from the scope after its first leak. (Its own test binary: the switch is
+//! process-wide; one test, so that the modes do not race.)
 mod common;
 
 use common::{assert_one_escape, escaped, floats, strict};
-use gpu_scope::{operator_attribution, set_operator_attribution, Scope};
+use gpu_scope::{
+    operator_attribution, set_attribution, set_operator_attribution, Attribution, Scope,
+};
 use std::sync::Mutex;
 use tch::Tensor;
 
@@ -36,5 +39,35 @@ fn attribution_can_be_switched_off_and_on() {
 
     set_operator_attribution(true);
     assert_one_escape(&leak_one(), 256);
+
+    set_attribution(Attribution::OnLeak);
+    let leak_here = || {
+        let scope = Scope::enter(strict("on-leak")).unwrap();
+        CACHE.lock().unwrap().push(floats(64));
+        escaped(scope.exit(&()))
+    };
+    let first = leak_here();
+    assert!(
+        !first.attributed && first.escaped[0].operator.is_none(),
+        "{first}"
+    );
+    assert!(
+        first
+            .to_string()
+            .contains("next scope here names operators"),
+        "{first}"
+    );
+    let second = leak_here();
+    assert!(second.attributed, "{second}");
+    assert_eq!(
+        second.escaped[0].shape.as_deref(),
+        Some(&[64][..]),
+        "{second}"
+    );
+    let elsewhere = leak_one();
+    assert!(
+        !elsewhere.attributed,
+        "other places stay unattributed: {elsewhere}"
+    );
     CACHE.lock().unwrap().clear();
 }

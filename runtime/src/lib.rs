@@ -32,7 +32,8 @@ pub mod __private;
 
 pub use carry::{current, Carried, ScopeHandle};
 pub use config::{
-    operator_attribution, set_operator_attribution, BACKTRACE_ENV, ESCAPE_POLICY_ENV, OPERATORS_ENV,
+    attribution, operator_attribution, set_attribution, set_operator_attribution, Attribution,
+    BACKTRACE_ENV, ESCAPE_POLICY_ENV, OPERATORS_ENV,
 };
 pub use device::DeviceId;
 pub use error::Error;

@@ -11,6 +11,7 @@
 //!       ──► ledger::close ─► release policy ─► ScopeReport ─► escape policy (policy.rs)
 //! ```
 use crate::check::Check;
+use crate::config::{attribution, Attribution};
 use crate::device::DeviceId;
 use crate::ledger::{self, Closed, Frame, KeepAll};
 use crate::memory::{self, check_device};
@@ -166,7 +167,7 @@ impl OpenScope {
             Released::default()
         };
         let report = self.report(closed, &kept, untracked, released, checked);
-        if !report.escaped.is_empty() && !self.attributed {
+        if !report.escaped.is_empty() && !self.attributed && attribution() == Attribution::OnLeak {
             sites::leaked(self.opts.location);
         }
         report::set_last(&report);

@@ -421,8 +421,8 @@ impl ScopeReport {
         if !self.attributed {
             writeln!(
                 f,
-                "  (found without attribution: the next scope here names operators and shapes; \
-                 GPU_SCOPE_OPERATORS=on names them always)"
+                "  (found without attribution: under GPU_SCOPE_OPERATORS=on-leak the next scope \
+                 here names operators and shapes; =on names them always)"
             )?;
         }
         if !self.opaque_kept.is_empty() {
