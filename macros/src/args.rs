@@ -31,6 +31,7 @@ pub(crate) fn classify(sig: &mut Signature, body: &Block) -> Args {
         ReturnType::Type(_, ty) => types::may_borrow(ty),
         ReturnType::Default => false,
     };
+    let body = body.to_token_stream();
     let mut args = Args::default();
     for arg in sig.inputs.iter_mut() {
         match arg {
@@ -66,7 +67,7 @@ pub(crate) fn classify(sig: &mut Signature, body: &Block) -> Args {
                     (_, name) => {
                         args.owned.extend(name.map(|name| quote!(#name)));
                         Rebind {
-                            body: body.to_token_stream(),
+                            body: &body,
                             rebinds: &mut args.rebinds,
                         }
                         .visit_pat_mut(&mut pt.pat);
@@ -83,7 +84,7 @@ pub(crate) fn classify(sig: &mut Signature, body: &Block) -> Args {
 /// binding the body does not mention holds only what the caller gave, and is left alone, so
 /// that rustc's unused-variable lint still sees it as the user wrote it.
 struct Rebind<'a> {
-    body: TokenStream,
+    body: &'a TokenStream,
     rebinds: &'a mut Vec<TokenStream>,
 }
 

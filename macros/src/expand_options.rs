@@ -17,9 +17,10 @@ pub(crate) fn scope_options(
     let name = match options.name.as_ref().map(|n| &n.value) {
         None => default_name,
         Some(Name::Literal(lit)) => quote!(#lit),
-        // Copied, so that the name may borrow (`name = self.name.as_str()`).
+        // Copied from a borrow, so that the name may borrow (`name = self.name.as_str()`)
+        // and an argument named here stays the body's.
         Some(Name::Expr(expr)) => quote_spanned! {local::at(expr.span())=>
-            <#private::String as ::core::convert::From<_>>::from(#expr)
+            #private::ToString::to_string(&#expr)
         },
     };
     let mut out = quote_spanned!(span=> #private::ScopeOptions::new(#name));

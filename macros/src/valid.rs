@@ -7,6 +7,12 @@ use syn::spanned::Spanned;
 use syn::visit::Visit;
 use syn::{Expr, Lit, ReturnType, Signature, Type, UnOp};
 
+/// Types that the `error` policy's return type cannot be, though they are paths.
+const NOT_RESULTS: &[&str] = &[
+    "Option", "bool", "char", "str", "String", "Vec", "Box", "f32", "f64", "i8", "i16", "i32",
+    "i64", "i128", "isize", "u8", "u16", "u32", "u64", "u128", "usize",
+];
+
 const ERROR_POLICY_RETURN: &str = "`on_escape = error` makes the function return `Err` on an \
 escape: it must return `Result<_, E>` with `E: From<gpu_scope::Error>`";
 
@@ -105,32 +111,10 @@ fn validate_error_return(sig: &Signature, errors: &mut Errors) {
     let named_other = match types::strip_parens(ty) {
         Type::Path(p) => {
             p.qself.is_none()
-                && p.path.segments.last().is_some_and(|s| {
-                    matches!(
-                        s.ident.to_string().as_str(),
-                        "Option"
-                            | "bool"
-                            | "char"
-                            | "str"
-                            | "String"
-                            | "Vec"
-                            | "Box"
-                            | "f32"
-                            | "f64"
-                            | "i8"
-                            | "i16"
-                            | "i32"
-                            | "i64"
-                            | "i128"
-                            | "isize"
-                            | "u8"
-                            | "u16"
-                            | "u32"
-                            | "u64"
-                            | "u128"
-                            | "usize"
-                    )
-                })
+                && p.path
+                    .segments
+                    .last()
+                    .is_some_and(|s| NOT_RESULTS.iter().any(|name| s.ident == name))
         }
         _ => true,
     };

@@ -35,6 +35,12 @@ impl Model {
     }
 }
 
+// The name is copied from a borrow: the body still owns `label`.
+#[gpu_scope(name = label)]
+fn named_by_an_argument(label: String) -> usize {
+    label.len()
+}
+
 #[gpu_scope(max_peak = 512 * 1024 * 1024)]
 fn literal_budget() {}
 
@@ -76,6 +82,8 @@ fn main() {
     };
     assert_eq!(model.step(&floats(4)), 1);
     assert_eq!(gpu_scope::last_report().unwrap().name, "model");
+    assert_eq!(named_by_an_argument("four".to_owned()), 4);
+    assert_eq!(gpu_scope::last_report().unwrap().name, "four");
     literal_budget();
     large_budget();
     budget_from_a_signed_integer(1 << 20);
