@@ -14,6 +14,7 @@ static SINK: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
 
 #[test]
 fn a_scope_carried_to_a_thread_sees_its_leak() {
+    let _serial = common::serial();
     let report = escaped(scope(strict("carried"), || {
         let here = gpu_scope::current().expect("inside a scope");
         std::thread::spawn(move || {
@@ -37,6 +38,7 @@ fn a_scope_carried_to_a_thread_sees_its_leak() {
 
 #[test]
 fn work_on_a_thread_without_the_handle_is_not_charged() {
+    let _serial = common::serial();
     let (_, report) = scope(strict("not-carried"), || {
         std::thread::spawn(|| SINK.lock().unwrap().push(floats(9)))
             .join()
@@ -49,6 +51,7 @@ fn work_on_a_thread_without_the_handle_is_not_charged() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scope_carried_into_spawned_tasks_sees_their_leaks() {
+    let _serial = common::serial();
     let scope = Scope::enter(strict("tasks")).unwrap();
     let here = gpu_scope::current().unwrap();
     let blocking = here.clone();

@@ -141,6 +141,7 @@ fn cached_embedding() -> Tensor {
 
 #[test]
 fn keep_forever_leaves_every_enclosing_scope() {
+    let _serial = common::serial();
     let (_, outer) = scope(strict("outer"), || {
         let (_, inner) = scope(strict("inner"), || drop(cached_embedding())).unwrap();
         assert!(inner.is_clean(), "{inner}");
@@ -156,6 +157,7 @@ fn keep_forever_leaves_every_enclosing_scope() {
 
 #[test]
 fn keep_hands_a_value_to_the_enclosing_scope_only() {
+    let _serial = common::serial();
     let err = scope(strict("outer"), || {
         let (_, inner) = scope(strict("inner"), || {
             let t = floats(8);

@@ -275,7 +275,18 @@ bool try_attach_tracker() {
   return tracker_attached.load();
 }
 
-void add_storage(const at::Tensor& t, std::vector<gs_storage>& out) {
+// The storages a tensor owns, written to out[0..cap) and counted in *n (which may exceed cap).
+struct Storages {
+  gs_storage* out;
+  size_t cap;
+  size_t n = 0;
+  void add(const void* ptr, c10::Device d) {
+    if (n < cap) out[n] = {ptr, static_cast<int>(d.type()), device_index(d)};
+    ++n;
+  }
+};
+
+void add_storage(const at::Tensor& t, Storages& out) {
   if (!t.defined()) return;
   switch (t.layout()) {
     case at::kSparse:
@@ -295,12 +306,11 @@ void add_storage(const at::Tensor& t, std::vector<gs_storage>& out) {
       add_storage(t.values(), out);
       return;
     case at::kMkldnn:
-      out.push_back({at::native::data_ptr_from_mkldnn(t), static_cast<int>(c10::kCPU), -1});
+      out.add(at::native::data_ptr_from_mkldnn(t), c10::Device(c10::kCPU));
       return;
     default:
       if (t.has_storage() && t.storage().data_ptr().get() != nullptr) {
-        out.push_back({t.storage().data_ptr().get(), static_cast<int>(t.device().type()),
-                       device_index(t.device())});
+        out.add(t.storage().data_ptr().get(), t.device());
       }
   }
 }
@@ -397,7 +407,7 @@ int gs_tensor_storages(const void* tensor, gs_storage* out, size_t cap, size_t* 
                        int* flags) noexcept {
   return protect([&] {
     const auto& t = *static_cast<const at::Tensor*>(tensor);
-    std::vector<gs_storage> found;
+    Storages found{out, cap};
     *flags = 0;
     if (t.defined()) {
       add_storage(t, found);
@@ -405,8 +415,7 @@ int gs_tensor_storages(const void* tensor, gs_storage* out, size_t cap, size_t* 
       // Only a leaf's .grad is read: on other tensors libtorch warns on stderr.
       if (t.requires_grad() && t.is_leaf()) add_storage(t.grad(), found);
     }
-    *n = found.size();
-    for (size_t i = 0; i < found.size() && i < cap; ++i) out[i] = found[i];
+    *n = found.n;
   });
 }
 

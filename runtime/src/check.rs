@@ -31,7 +31,7 @@ impl<'a> Check<'a> {
             autocast: Vec::new(),
         };
         let mut candidates: Vec<(Key, u64)> = Vec::new();
-        for key in ledger::live_keys(frame) {
+        for key in ledger::entries_to_inspect(frame) {
             let Some((bytes, made)) = ledger::with_entry(key, |e| (e.bytes, e.made)) else {
                 continue;
             };

@@ -45,11 +45,11 @@ pub(crate) struct Made {
 /// One live allocation.
 #[derive(Debug)]
 pub(crate) struct Entry {
-    /// The frame that owns it (judges it at close); `None` once no scope tracks it (it
-    /// escaped, or was kept for good) while the shim still needs `cpu` to free it.
-    pub frame: Option<Arc<Frame>>,
-    /// Every frame its bytes are charged to.
+    /// Every frame its bytes are charged to; `None` once no scope tracks it (it escaped, or
+    /// was kept for good) while the shim still needs `cpu` to free it.
     pub chain: Option<Chain>,
+    /// Which frame of `chain` owns it (judges it at close).
+    pub owner: u8,
     /// The frame (by id) that `keep` let it outlive.
     pub kept_past: Option<u64>,
     pub bytes: u64,
@@ -65,6 +65,11 @@ pub(crate) struct Entry {
 }
 
 impl Entry {
+    /// The frame that owns it.
+    fn frame(&self) -> Option<&Arc<Frame>> {
+        self.chain.as_ref().map(|c| &c[usize::from(self.owner)])
+    }
+
     /// What was asked for; where the allocator does not say, the block.
     fn asked(&self) -> u64 {
         if self.requested == 0 {
@@ -148,6 +153,8 @@ pub(crate) struct FrameState {
     pub stats: Stats,
     /// Entries this frame owns.
     keys: FxHashSet<Key>,
+    /// Some allocation was made during a backward pass (the check then looks for gradients).
+    pub saw_backward: bool,
 }
 
 impl Drop for Frame {
@@ -188,7 +195,7 @@ impl Frame {
     pub(crate) fn mark(&self, keys: impl IntoIterator<Item = Key>) {
         for key in keys {
             if let Some(entry) = shard(key).get_mut(&key) {
-                if entry.frame.as_ref().is_some_and(|f| f.id == self.id) {
+                if entry.frame().is_some_and(|f| f.id == self.id) {
                     entry.kept_past = Some(self.id);
                 }
             }
@@ -263,15 +270,17 @@ pub(crate) fn record_alloc(chain: &Chain, key: Key, mut entry: Entry) -> bool {
             return false;
         }
         state.keys.insert(key);
+        state.saw_backward |= entry.made.backward;
+        state.stats.both(key.1, |c| c.alloc(bytes, requested));
     }
-    for frame in chain.iter() {
+    for frame in &chain[1..] {
         let mut state = frame.lock();
         if state.open {
             state.stats.both(key.1, |c| c.alloc(bytes, requested));
         }
     }
-    entry.frame = Some(owner.clone());
     entry.chain = Some(chain.clone());
+    entry.owner = 0;
     if key.1.is_cpu() && entry.cpu.is_some() {
         let live = CPU_LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
         CPU_PEAK.fetch_max(live, Ordering::Relaxed);
@@ -285,13 +294,21 @@ pub(crate) fn record_alloc(chain: &Chain, key: Key, mut entry: Entry) -> bool {
 }
 
 /// Takes an entry's bytes off the frames it is charged to, as freed or (escaped, untracked)
-/// as merely gone from view; `except` is a frame being closed, whose counters are final.
+/// as merely gone from view, and the entry off its owner; `except` is a frame being closed,
+/// whose counters are final.
 fn discharge(key: Key, entry: &Entry, freed: bool, except: Option<&Arc<Frame>>) {
+    let owner = entry.frame();
+    // A closing frame has given up its keys already.
+    let mut owner_seen = owner.is_some_and(|o| except.is_some_and(|e| Arc::ptr_eq(o, e)));
     for frame in entry.chain.iter().flat_map(|c| c.iter()) {
         if except.is_some_and(|e| Arc::ptr_eq(e, frame)) {
             continue;
         }
         let mut state = frame.lock();
+        if owner.is_some_and(|o| Arc::ptr_eq(o, frame)) {
+            state.keys.remove(&key);
+            owner_seen = true;
+        }
         if state.open {
             state.stats.both(key.1, |c| {
                 c.lose(entry.bytes);
@@ -301,15 +318,15 @@ fn discharge(key: Key, entry: &Entry, freed: bool, except: Option<&Arc<Frame>>) 
             });
         }
     }
+    if let (Some(owner), false) = (owner, owner_seen) {
+        owner.lock().keys.remove(&key);
+    }
 }
 
 /// An entry is gone: freed, or (`freed` false) no longer tracked.
 fn release(key: Key, entry: Entry, freed: bool) {
     if freed && entry.cpu.is_some() {
         CPU_LIVE.fetch_sub(entry.bytes, Ordering::Relaxed);
-    }
-    if let Some(frame) = &entry.frame {
-        frame.lock().keys.remove(&key);
     }
     discharge(key, &entry, freed, None);
 }
@@ -339,28 +356,28 @@ pub(crate) fn note_tensor(key: Key, shape: &[i64], dtype: &'static str) {
     }
 }
 
-/// Takes the entry at `key` out of tracking and returns it. A CPU block whose deleter the shim
-/// replaced leaves a bare entry behind, which the shim needs to free it the way libtorch would.
+/// Takes the entry at `key` out of tracking and returns what it knew. A CPU block whose deleter
+/// the shim replaced stays, bare, in the map: the shim needs it to free the block the way
+/// libtorch would.
 fn untrack_entry(map: &mut FxHashMap<Key, Entry>, key: Key) -> Option<Entry> {
-    let entry = map.remove(&key)?;
-    counted(&entry, key, -1);
-    if let Some(cpu) = entry.cpu {
-        let bare = Entry {
-            frame: None,
-            chain: None,
-            kept_past: None,
-            bytes: entry.bytes,
-            requested: entry.requested,
-            made: entry.made,
-            op: None,
-            tensor: None,
-            backtrace: None,
-            cpu: Some(cpu),
-        };
-        counted(&bare, key, 1);
-        map.insert(key, bare);
+    let entry = map.get_mut(&key)?;
+    if entry.cpu.is_none() {
+        let entry = map.remove(&key)?;
+        counted(&entry, key, -1);
+        return Some(entry);
     }
-    Some(entry)
+    Some(Entry {
+        owner: entry.owner,
+        chain: entry.chain.take(),
+        kept_past: entry.kept_past.take(),
+        bytes: entry.bytes,
+        requested: entry.requested,
+        made: entry.made,
+        op: entry.op.take(),
+        tensor: entry.tensor.take(),
+        backtrace: entry.backtrace.take(),
+        cpu: None,
+    })
 }
 
 /// Drops storages from every scope's tracking for good (`keep_forever`).
@@ -411,9 +428,15 @@ pub(crate) struct Closed {
     pub escaped: Vec<(Key, Entry)>,
 }
 
-/// The live entries of a frame (to look at before closing it).
-pub(crate) fn live_keys(frame: &Frame) -> Vec<Key> {
-    frame.lock().keys.iter().copied().collect()
+/// The live entries of a frame, when the check must look at them before closing it: some
+/// were made during a backward pass or on an accelerator. Otherwise none.
+pub(crate) fn entries_to_inspect(frame: &Frame) -> Vec<Key> {
+    let state = frame.lock();
+    let accelerator = state.stats.devices.iter().any(|(d, _)| !d.is_cpu());
+    if !state.saw_backward && !accelerator {
+        return Vec::new();
+    }
+    state.keys.iter().copied().collect()
 }
 
 /// Reads one entry.
@@ -442,36 +465,31 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
         stats,
         ..Default::default()
     };
-    let mut judged: Vec<(Key, Fate)> = keys
-        .into_iter()
-        .filter_map(|key| {
-            let map = shard(key);
-            // Freed on another thread after the frame was locked: nothing to judge.
-            let entry = map.get(&key)?;
-            Some((
-                key,
-                judge.fate(key, entry, entry.kept_past == Some(frame.id)),
-            ))
-        })
-        .collect();
     let stays = |fate: &Fate| matches!(fate, Fate::Kept | Fate::HeldOutside(_));
-    // What leaves goes first: an enclosing scope charged with blocks it now receives (an async
-    // scope closing elsewhere than it ran) must not count them while it still counts the
-    // blocks that leave, or its peak would depend on the order of a hash set.
-    judged.sort_by_key(|(_, fate)| stays(fate));
-    for (key, fate) in judged {
+    // Handed on to the enclosing frame: those already charged to all of its chain (every
+    // block of a scope nested in it on this thread) at once, the others (an async scope
+    // closing elsewhere than it ran) after everything that leaves, so that the enclosing
+    // scope never counts them while it still counts blocks that are leaving.
+    let (mut moved, mut charged_later) = (Vec::new(), Vec::new());
+    for key in keys {
         let mut map = shard(key);
+        // Freed on another thread after the frame was locked: nothing to judge.
         let Some(entry) = map.get_mut(&key) else {
             continue;
         };
         let bytes = entry.bytes;
+        let fate = judge.fate(key, entry, entry.kept_past == Some(frame.id));
         match fate {
             Fate::Kept => closed.kept.both(key.1, |c| c.gain(bytes)),
             Fate::HeldOutside(held) | Fate::Library(held) => closed.held.push((held, key.1, bytes)),
             Fate::Escaped => {}
         }
         match (stays(&fate), enclosing) {
-            (true, Some(chain)) => hand_on(key, entry, chain),
+            (true, Some(chain)) if charged_to(entry, chain) => {
+                entry.owner = position(entry, &chain[0]);
+                moved.push(key);
+            }
+            (true, Some(_)) => charged_later.push(key),
             _ => {
                 if let Some(entry) = untrack_entry(&mut map, key) {
                     drop(map);
@@ -483,7 +501,33 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
             }
         }
     }
+    if let Some(chain) = enclosing {
+        chain[0].lock().keys.extend(moved);
+        for key in charged_later {
+            if let Some(entry) = shard(key).get_mut(&key) {
+                hand_on(key, entry, chain);
+            }
+        }
+    }
     closed
+}
+
+/// Where `frame` is in `entry`'s chain (it is there).
+fn position(entry: &Entry, frame: &Arc<Frame>) -> u8 {
+    let charged = entry.chain.as_deref().unwrap_or(&[]);
+    let at = charged
+        .iter()
+        .position(|c| Arc::ptr_eq(c, frame))
+        .unwrap_or(0);
+    u8::try_from(at).unwrap_or(0)
+}
+
+/// Whether `entry` is charged to every frame of `chain`.
+fn charged_to(entry: &Entry, chain: &Chain) -> bool {
+    let charged = entry.chain.as_deref().unwrap_or(&[]);
+    chain
+        .iter()
+        .all(|f| charged.iter().any(|c| Arc::ptr_eq(c, f)))
 }
 
 /// Gives `entry` to the innermost frame of `chain`. Frames of `chain` it was not charged to
@@ -491,13 +535,13 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
 fn hand_on(key: Key, entry: &mut Entry, chain: &Chain) {
     let owner = &chain[0];
     owner.lock().keys.insert(key);
-    entry.frame = Some(owner.clone());
     let charged = entry.chain.clone().unwrap_or_else(|| Arc::from(vec![]));
     let new: Vec<&Arc<Frame>> = chain
         .iter()
         .filter(|f| !charged.iter().any(|c| Arc::ptr_eq(c, f)))
         .collect();
     if new.is_empty() {
+        entry.owner = position(entry, owner);
         return;
     }
     for frame in &new {
@@ -514,6 +558,7 @@ fn hand_on(key: Key, entry: &mut Entry, chain: &Chain) {
         .chain(new.into_iter().cloned())
         .collect();
     entry.chain = Some(Arc::from(merged));
+    entry.owner = position(entry, owner);
 }
 
 /// Tracked entries, open frames, CPU blocks with a replaced deleter.

@@ -18,24 +18,35 @@ pub(crate) struct Owner {
 }
 
 impl Owner {
-    /// The frames on the thread's stack, innermost first.
+    /// The frames on the owning thread's stack, innermost first: what an allocation made for
+    /// that thread is charged to. Without a lock on the owning thread itself.
     pub(crate) fn current(&self) -> Option<Chain> {
-        self.current
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    fn set(&self, stack: &[Level]) {
-        let chain = (!stack.is_empty()).then(|| {
-            stack
-                .iter()
-                .rev()
-                .map(|l| l.frame.clone())
-                .collect::<Chain>()
+        let own = THREAD.try_with(|t| {
+            std::ptr::eq(Arc::as_ptr(&t.owner), self).then(|| t.chain.borrow().clone())
         });
-        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = chain;
+        match own {
+            Ok(Some(chain)) => chain,
+            _ => self
+                .current
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        }
     }
+}
+
+/// Publishes the chain of `stack` to the thread's owner (for libtorch's worker threads) and to
+/// the thread itself.
+fn publish(t: &ThreadState, stack: &[Level]) {
+    let chain = (!stack.is_empty()).then(|| {
+        stack
+            .iter()
+            .rev()
+            .map(|l| l.frame.clone())
+            .collect::<Chain>()
+    });
+    *t.owner.current.lock().unwrap_or_else(|e| e.into_inner()) = chain.clone();
+    *t.chain.borrow_mut() = chain;
 }
 
 /// A frame's place on a thread's stack, given back to take it off again.
@@ -50,6 +61,8 @@ struct Level {
 
 struct ThreadState {
     owner: Arc<Owner>,
+    /// `owner`'s chain, read here without its lock by this thread's own allocations.
+    chain: RefCell<Option<Chain>>,
     stack: RefCell<Vec<Level>>,
     next: Cell<u64>,
     /// What the shim installed while the stack is not empty.
@@ -72,6 +85,7 @@ impl Drop for ThreadState {
 thread_local! {
     static THREAD: ThreadState = ThreadState {
         owner: Arc::default(),
+        chain: RefCell::default(),
         stack: RefCell::default(),
         next: Cell::new(0),
         hooks: Cell::new(None),
@@ -98,7 +112,7 @@ pub(crate) fn push(frame: Arc<Frame>, owned: bool, operators: bool) -> Result<To
             frame,
             owned,
         });
-        t.owner.set(&stack);
+        publish(t, &stack);
         Ok(token)
     })
 }
@@ -130,7 +144,7 @@ pub(crate) fn pop(token: Token) {
             return;
         };
         let dropped = stack.split_off(at);
-        t.owner.set(&stack);
+        publish(t, &stack);
         let empty = stack.is_empty();
         drop(stack);
         if let Some((callback, level)) = t.ops.get() {
@@ -153,7 +167,7 @@ pub(crate) fn innermost() -> Option<Arc<Frame>> {
 
 /// The frames on this thread's stack, innermost first.
 pub(crate) fn chain() -> Option<Chain> {
-    THREAD.with(|t| t.owner.current())
+    THREAD.with(|t| t.chain.borrow().clone())
 }
 
 /// Whether operators are attributed on this thread now.

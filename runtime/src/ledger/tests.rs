@@ -5,7 +5,7 @@ const DEVICE: DeviceId = DeviceId::from_raw(1, 0);
 
 fn entry(bytes: u64) -> Entry {
     Entry {
-        frame: None,
+        owner: 0,
         chain: None,
         kept_past: None,
         bytes,
