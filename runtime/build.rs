@@ -52,6 +52,11 @@ fn sources(dir: &str, ext: &str) -> Vec<PathBuf> {
 }
 
 fn main() {
+    // Documentation builds (docs.rs, or `--features doc-only` anywhere) have no libtorch:
+    // torch-sys then skips its C++, and so does this, while rustdoc still reads the Rust.
+    if env::var_os("CARGO_FEATURE_DOC_ONLY").is_some() || env_var("DOCS_RS").is_some() {
+        return;
+    }
     let lib = env_var("DEP_TCH_LIBTORCH_LIB")
         .map(PathBuf::from)
         .expect("torch-sys did not report its libtorch lib folder (DEP_TCH_LIBTORCH_LIB)");

@@ -1,6 +1,9 @@
-//! Procedural macros of `gpu-scope`. Use them through the `gpu-scope` crate, which documents
-//! them on its re-exports. Each macro parses its input into typed values (`input.rs`,
-//! `options.rs`), validates them in one pass (`valid.rs`), then expands (`expand_*.rs`).
+//! Procedural macros of `gpu-scope`. Use them through the `gpu-scope` crate, which re-exports
+//! them with these docs (`doc/*.md`). Their examples need `gpu_scope` and libtorch, so they run
+//! as that crate's doctests, not this one's (`not(doctest)` below). Each macro parses its input
+//! into typed values (`input.rs`, `options.rs`), validates them in one pass (`valid.rs`), then
+//! expands (`expand_*.rs`).
+#![warn(missing_docs)]
 use proc_macro::TokenStream;
 
 mod args;
@@ -20,7 +23,7 @@ mod valid;
 #[cfg(test)]
 mod hostile_input_tests;
 
-// Documented on its re-export, `gpu_scope::gpu_scope`.
+#[cfg_attr(not(doctest), doc = include_str!("../doc/gpu_scope.md"))]
 #[proc_macro_attribute]
 pub fn gpu_scope(args: TokenStream, item: TokenStream) -> TokenStream {
     let original = proc_macro2::TokenStream::from(item.clone());
@@ -35,7 +38,7 @@ pub fn gpu_scope(args: TokenStream, item: TokenStream) -> TokenStream {
     }
 }
 
-// Documented on its re-export, `gpu_scope::scope!`.
+#[cfg_attr(not(doctest), doc = include_str!("../doc/scope.md"))]
 #[proc_macro]
 pub fn scope(input: TokenStream) -> TokenStream {
     expand_block::expand(input.into())
@@ -43,7 +46,7 @@ pub fn scope(input: TokenStream) -> TokenStream {
         .into()
 }
 
-// Documented on its re-export, `gpu_scope::Tensors`.
+#[cfg_attr(not(doctest), doc = include_str!("../doc/tensors.md"))]
 #[proc_macro_derive(Tensors, attributes(tensors))]
 pub fn derive_tensors(input: TokenStream) -> TokenStream {
     derive::expand(input.into())

@@ -3,6 +3,7 @@
 //!
 //! Reading order: `lifecycle.rs` (a scope from entry to report), `ledger.rs` (the
 //! bookkeeping), `hooks.rs` (how libtorch reports into it), `check.rs` (the verdict).
+#![warn(missing_docs)]
 mod carry;
 mod check;
 mod config;
