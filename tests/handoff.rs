@@ -51,16 +51,19 @@ fn work_on_a_thread_without_the_handle_is_not_charged() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scope_carried_into_spawned_tasks_sees_their_leaks() {
-    let _serial = common::serial();
+    // A sink of its own: other tests clear theirs while this one awaits.
+    static TASK_SINK: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
     let scope = Scope::enter(strict("tasks")).unwrap();
     let here = gpu_scope::current().unwrap();
     let blocking = here.clone();
-    tokio::task::spawn_blocking(move || blocking.in_scope(|| SINK.lock().unwrap().push(floats(3))))
-        .await
-        .unwrap();
+    tokio::task::spawn_blocking(move || {
+        blocking.in_scope(|| TASK_SINK.lock().unwrap().push(floats(3)))
+    })
+    .await
+    .unwrap();
     tokio::spawn(here.instrument(async {
         tokio::task::yield_now().await;
-        SINK.lock().unwrap().push(floats(5));
+        TASK_SINK.lock().unwrap().push(floats(5));
     }))
     .await
     .unwrap();
@@ -68,7 +71,7 @@ async fn a_scope_carried_into_spawned_tasks_sees_their_leaks() {
     let mut sizes: Vec<u64> = report.escaped.iter().map(|e| e.bytes).collect();
     sizes.sort();
     assert_eq!(sizes, [block(12), block(20)], "{report}");
-    SINK.lock().unwrap().clear();
+    TASK_SINK.lock().unwrap().clear();
 }
 
 #[test]

@@ -12,22 +12,28 @@ type Bench = fn() -> Vec<Row>;
 
 pub const ALL: &[(&str, Bench)] = &[
     ("mlp", mlp),
+    ("threads", threads),
     ("empty scope", empty_scope),
     ("exit cost", exit_cost),
     ("model switch", model_switch),
     ("outside", outside),
     ("pytorch", pytorch),
+    ("gpu", gpu),
 ];
 
-/// Three 512-wide linear layers with ReLU between them.
-fn mlp512(p: &nn::Path) -> nn::Sequential {
+/// Three `width`-wide linear layers with ReLU between them.
+fn mlp_of(p: &nn::Path, width: i64) -> nn::Sequential {
     let c = Default::default();
     nn::seq()
-        .add(nn::linear(p / "l1", 512, 512, c))
+        .add(nn::linear(p / "l1", width, width, c))
         .add_fn(|x| x.relu())
-        .add(nn::linear(p / "l2", 512, 512, c))
+        .add(nn::linear(p / "l2", width, width, c))
         .add_fn(|x| x.relu())
-        .add(nn::linear(p / "l3", 512, 512, c))
+        .add(nn::linear(p / "l3", width, width, c))
+}
+
+fn mlp512(p: &nn::Path) -> nn::Sequential {
+    mlp_of(p, 512)
 }
 
 fn opts(name: &'static str) -> ScopeOptions {
@@ -41,24 +47,108 @@ fn scoped<T: gpu_scope::Tensors>(body: impl FnOnce() -> T) -> T {
         .0
 }
 
+/// Scope per forward pass against none, for each attribution mode. `on-leak` is the default of
+/// release builds: a clean scope is not attributed, so it costs what `off` costs.
 fn mlp() -> Vec<Row> {
+    use gpu_scope::Attribution::{Always, Off, OnLeak};
     let _no_grad = tch::no_grad_guard();
-    let vs = nn::VarStore::new(Device::Cpu);
-    let model = mlp512(&vs.root());
-    let x = Tensor::randn([1, 512], (Kind::Float, Device::Cpu));
     let mut rows = vec![];
-    for (what, operators) in [("full attribution", true), ("sizes only", false)] {
-        gpu_scope::set_operator_attribution(operators);
-        let r = interleave(
-            801,
-            20,
-            || drop(model.forward(&x)),
-            || drop(scoped(|| model.forward(&x))),
-        );
-        let name = format!("MLP 3x512 batch 1: unscoped vs scope per pass, {what}");
-        rows.push(Row::ratio(&name, r, Some(1.03)));
+    for (width, target) in [(512, 1.03), (256, 1.05)] {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let model = mlp_of(&vs.root(), width);
+        let x = Tensor::randn([1, width], (Kind::Float, Device::Cpu));
+        let modes = [
+            ("default (on-leak), clean", OnLeak, Some(target)),
+            ("attribution always", Always, None),
+            ("sizes only", Off, (width == 512).then_some(1.01)),
+        ];
+        for (what, mode, target) in modes {
+            gpu_scope::set_attribution(mode);
+            let r = interleave(
+                801,
+                20,
+                || drop(model.forward(&x)),
+                || drop(scoped(|| model.forward(&x))),
+            );
+            let name = format!("MLP 3x{width} batch 1, scope per pass: {what}");
+            rows.push(Row::ratio(&name, r, target));
+        }
     }
-    gpu_scope::set_operator_attribution(true);
+    gpu_scope::set_attribution(OnLeak);
+    rows
+}
+
+/// `n` threads each running `pass` `iters` times (its own model), scoped or not: seconds.
+fn threads_time(n: usize, iters: u32, scoped_pass: bool, width: i64) -> f64 {
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(n + 1));
+    let handles: Vec<_> = (0..n)
+        .map(|_| {
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                tch::set_num_threads(1);
+                let _no_grad = tch::no_grad_guard();
+                let vs = nn::VarStore::new(Device::Cpu);
+                // Width 0: a scope around one small operator instead of the model.
+                let model = (width > 0).then(|| mlp_of(&vs.root(), width));
+                let x = Tensor::randn([1, width.max(16)], (Kind::Float, Device::Cpu));
+                barrier.wait();
+                for _ in 0..iters {
+                    let pass = || match &model {
+                        Some(model) => model.forward(&x),
+                        None => x.relu(),
+                    };
+                    drop(if scoped_pass { scoped(pass) } else { pass() });
+                }
+                barrier.wait();
+            })
+        })
+        .collect();
+    barrier.wait();
+    let t = Instant::now();
+    barrier.wait();
+    let secs = t.elapsed().as_secs_f64();
+    handles.into_iter().for_each(|h| h.join().expect("worker"));
+    secs
+}
+
+/// Throughput of N threads, scoped against unscoped, interleaved in rounds (A B, B A, ...):
+/// the ratio at N = 2 must be no worse than at N = 1 (this machine has 2 cores, so N = 4 is
+/// oversubscribed and only reported).
+fn threads() -> Vec<Row> {
+    let mut rows = vec![];
+    for (width, what, iters) in [(256, "MLP 3x256", 200), (0, "one-operator scope", 5000)] {
+        let mut at_one = 0.0;
+        for n in [1, 2, 4] {
+            let pairs: Vec<(f64, f64)> = (0..15)
+                .map(|round| {
+                    let (a, b) = (
+                        || threads_time(n, iters, false, width),
+                        || threads_time(n, iters, true, width),
+                    );
+                    if round % 2 == 0 {
+                        let ta = a();
+                        (ta, b())
+                    } else {
+                        let tb = b();
+                        (a(), tb)
+                    }
+                })
+                .map(|(a, b)| (a * 1e9 / f64::from(iters), b * 1e9 / f64::from(iters)))
+                .collect();
+            let r = from_pairs(&pairs);
+            let name = format!("{what}, {n} thread(s): unscoped vs scoped, per pass");
+            let mut row = Row::ratio(&name, r, None);
+            match n {
+                1 => at_one = r.median,
+                2 => {
+                    row.target = format!("≤ N=1 ({at_one:.3}) + 0.02");
+                    row.met = Some(r.median <= at_one + 0.02);
+                }
+                _ => row.target = "oversubscribed".to_owned(),
+            }
+            rows.push(row);
+        }
+    }
     rows
 }
 
@@ -72,16 +162,16 @@ fn empty_scope() -> Vec<Row> {
     let nested = median_ns(21, 20_000, enter_exit);
     outer.exit(&()).expect("nothing escapes");
     [
-        ("outermost", outermost),
-        ("nested in an open scope", nested),
+        ("outermost", outermost, (250.0, "≤ 250 ns")),
+        ("nested in an open scope", nested, (100.0, "≤ 100 ns")),
     ]
     .into_iter()
-    .map(|(what, ns)| {
+    .map(|(what, ns, target)| {
         Row::figure(
             &format!("empty scope enter + exit, {what}"),
             ns,
             time(ns),
-            Some((1000.0, "≤ 1 µs")),
+            Some(target),
         )
     })
     .collect()
@@ -159,7 +249,7 @@ fn model_switch() -> Vec<Row> {
     vec![Row::ratio(
         "model switch (load, run batch 8, drop; 3 models): unscoped vs scoped",
         r,
-        None,
+        Some(1.02),
     )]
 }
 
@@ -254,4 +344,64 @@ fn pytorch() -> Vec<Row> {
             Some(Row::ratio(f[0], r, None))
         })
         .collect()
+}
+
+/// On a CUDA device (skipped without one): emptyCache calls per 1000 scopes of each kind, and
+/// the scoped overhead of a 4096-wide batch-64 MLP (default release policy and `never`).
+fn gpu() -> Vec<Row> {
+    let info = gpu_scope::device_info();
+    if info.devices == 0 {
+        let why = format!("skipped: no CUDA device (backend `{}`)", info.backend);
+        return vec![Row::figure("GPU rows", 0.0, why, None)];
+    }
+    let cuda = Device::Cuda(0);
+    drop(Tensor::zeros([1], (Kind::Float, cuda)));
+    let calls = gpu_scope::__introspect::empty_cache_calls;
+    let mut rows = vec![];
+    for (what, nested) in [
+        ("outermost, each allocating", false),
+        ("nested in one outer scope", true),
+    ] {
+        let before = calls();
+        let run = || {
+            for _ in 0..1000 {
+                scoped(|| drop(Tensor::zeros([1024], (Kind::Float, cuda))));
+            }
+        };
+        if nested {
+            scoped(run);
+        } else {
+            run();
+        }
+        let n = calls() - before;
+        let name = format!("emptyCache calls per 1000 scopes, {what}");
+        rows.push(Row::figure(
+            &name,
+            n as f64,
+            format!("{n} (0 synchronizes)"),
+            None,
+        ));
+    }
+    let _no_grad = tch::no_grad_guard();
+    let vs = nn::VarStore::new(cuda);
+    let model = mlp_of(&vs.root(), 4096);
+    let x = Tensor::randn([64, 4096], (Kind::Float, cuda));
+    for (what, release) in [
+        ("default release", None),
+        ("release = never", Some(gpu_scope::ReleasePolicy::Never)),
+    ] {
+        let pass = |scope: bool| {
+            if scope {
+                let o = release.map_or(opts("gpu"), |r| opts("gpu").release(r));
+                gpu_scope::scope(o, || drop(model.forward(&x))).expect("clean");
+            } else {
+                drop(model.forward(&x));
+            }
+            tch::Cuda::synchronize(0);
+        };
+        let r = interleave(101, 10, || pass(false), || pass(true));
+        let name = format!("MLP 3x4096 batch 64 on cuda:0, scope per pass, {what}");
+        rows.push(Row::ratio(&name, r, None));
+    }
+    rows
 }

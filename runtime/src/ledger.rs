@@ -211,10 +211,9 @@ static REGISTRY: LazyLock<Box<[Shard]>> =
     LazyLock::new(|| (0..SHARDS).map(|_| Shard::default()).collect());
 /// Entries on accelerators: frees reported for other blocks return at once while it is 0.
 static ACCELERATOR_ENTRIES: AtomicUsize = AtomicUsize::new(0);
-/// Entries whose CPU deleter the shim replaced.
-static CPU_ENTRIES: AtomicUsize = AtomicUsize::new(0);
 static OPEN_FRAMES: AtomicUsize = AtomicUsize::new(0);
-/// Bytes of tracked CPU blocks alive now, and their peak (the CPU's `memory_stats`).
+/// Bytes of the CPU blocks whose deleter the shim replaced that are alive now, and their peak
+/// (the CPU's `memory_stats`). While it is 0, CPU frees return at once.
 static CPU_LIVE: AtomicU64 = AtomicU64::new(0);
 static CPU_PEAK: AtomicU64 = AtomicU64::new(0);
 
@@ -224,19 +223,15 @@ fn shard(key: Key) -> MutexGuard<'static, FxHashMap<Key, Entry>> {
     shard.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn counted(entry: &Entry, key: Key, delta: isize) {
-    let counter = if key.1.is_cpu() {
-        if entry.cpu.is_none() {
-            return;
-        }
-        &CPU_ENTRIES
-    } else {
-        &ACCELERATOR_ENTRIES
-    };
+/// Keeps count of accelerator entries (CPU blocks are counted in bytes by `CPU_LIVE`).
+fn counted(_: &Entry, key: Key, delta: isize) {
+    if key.1.is_cpu() {
+        return;
+    }
     if delta > 0 {
-        counter.fetch_add(1, Ordering::Relaxed);
+        ACCELERATOR_ENTRIES.fetch_add(1, Ordering::Relaxed);
     } else {
-        counter.fetch_sub(1, Ordering::Relaxed);
+        ACCELERATOR_ENTRIES.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -283,7 +278,10 @@ pub(crate) fn record_alloc(chain: &Chain, key: Key, mut entry: Entry) -> bool {
     entry.owner = 0;
     if key.1.is_cpu() && entry.cpu.is_some() {
         let live = CPU_LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        CPU_PEAK.fetch_max(live, Ordering::Relaxed);
+        // Written only when it rises: threads do not fight over it at every allocation.
+        if live > CPU_PEAK.load(Ordering::Relaxed) {
+            CPU_PEAK.fetch_max(live, Ordering::Relaxed);
+        }
     }
     // A stale entry at this address means its free was never reported (an accelerator block
     // freed on a thread gpu-scope could not see): it is gone now.
@@ -333,12 +331,12 @@ fn release(key: Key, entry: Entry, freed: bool) {
 
 /// A block was freed. Returns how libtorch frees it if the shim replaced its CPU deleter.
 pub(crate) fn record_free(key: Key) -> Option<CpuOrigin> {
-    let counter = if key.1.is_cpu() {
-        &CPU_ENTRIES
+    let none_tracked = if key.1.is_cpu() {
+        CPU_LIVE.load(Ordering::Relaxed) == 0
     } else {
-        &ACCELERATOR_ENTRIES
+        ACCELERATOR_ENTRIES.load(Ordering::Relaxed) == 0
     };
-    if counter.load(Ordering::Relaxed) == 0 {
+    if none_tracked {
         return None;
     }
     let entry = remove(key)?;
@@ -563,15 +561,13 @@ fn hand_on(key: Key, entry: &mut Entry, chain: &Chain) {
 
 /// Tracked entries, open frames, CPU blocks with a replaced deleter.
 pub(crate) fn counts() -> (usize, usize, usize) {
-    let entries = REGISTRY
-        .iter()
-        .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).len())
-        .sum();
-    (
-        entries,
-        OPEN_FRAMES.load(Ordering::Relaxed),
-        CPU_ENTRIES.load(Ordering::Relaxed),
-    )
+    let (mut entries, mut cpu) = (0, 0);
+    for shard in REGISTRY.iter() {
+        let map = shard.lock().unwrap_or_else(|e| e.into_inner());
+        entries += map.len();
+        cpu += map.values().filter(|e| e.cpu.is_some()).count();
+    }
+    (entries, OPEN_FRAMES.load(Ordering::Relaxed), cpu)
 }
 
 /// Bytes of CPU blocks made inside scopes that are still alive, and their peak.
