@@ -21,10 +21,10 @@ struct TensorsExamples;
 pub use gpu_scope_runtime::{
     attribution, clear_workspaces, current, device_info, empty_cache, keep, keep_forever,
     last_report, memory_stats, operator_attribution, reset_peak, scope, set_attribution,
-    set_operator_attribution, Attribution, Bytes, Carried, DeviceId, DeviceInfo, DeviceReport,
-    Error, Escape, EscapePolicy, Held, HeldBy, MemoryStats, ReleasePolicy, Scope, ScopeHandle,
-    ScopeOptions, ScopeReport, StorageSet, Tensors, Untracked, BACKTRACE_ENV, ESCAPE_POLICY_ENV,
-    OPERATORS_ENV,
+    set_operator_attribution, versions, Attribution, Bytes, Carried, DeviceId, DeviceInfo,
+    DeviceReport, Error, Escape, EscapePolicy, Held, HeldBy, MemoryStats, ReleasePolicy, Scope,
+    ScopeHandle, ScopeOptions, ScopeReport, StorageSet, Tensors, Untracked, Versions,
+    BACKTRACE_ENV, ESCAPE_POLICY_ENV, OPERATORS_ENV,
 };
 
 /// Everything generated code needs, under paths the user cannot shadow. Not public API.

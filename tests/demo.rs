@@ -46,6 +46,11 @@ fn demo_on_cpu() {
     );
     assert_eq!(outcome.reports.len(), 3 * 3 + 1);
     assert!(text.contains("demo: OK"));
+    let versions = gpu_scope::versions().to_string();
+    assert!(
+        text.starts_with(&versions),
+        "the header names the versions: {text}"
+    );
 
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();

@@ -161,6 +161,8 @@ pub fn run(cfg: &Config, out: &mut dyn Write) -> DemoResult<Outcome> {
         ("", _) => "libtorch built without CUDA".to_owned(),
         (backend, false) => format!("{backend}, libtorch_cuda not loaded"),
     };
+    // What a bug report needs first: which gpu-scope, tch and libtorch ran.
+    writeln!(out, "{}", gpu_scope::versions())?;
     writeln!(out, "cuda: {cuda}")?;
     writeln!(
         out,

@@ -16,6 +16,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/GradMode.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
+#include <caffe2/core/common.h>
 #include <torch/csrc/profiler/orchestration/observer.h>
 
 #include <atomic>
@@ -530,5 +531,16 @@ const char* gs_backend_name(void) noexcept {
 }
 
 uint64_t gs_empty_cache_calls(void) noexcept { return empty_cache_calls.load(); }
+
+int gs_build_option(const char* key, const char** value) noexcept {
+  return protect([&] {
+    *value = nullptr;
+    // The running library's own record (torch.__config__.show()'s "Build settings"), not the
+    // headers gpu-scope was compiled with. A static map: its strings live as long as libtorch.
+    const auto& options = caffe2::GetBuildOptions();
+    auto it = options.find(key);
+    if (it != options.end() && !it->second.empty()) *value = it->second.c_str();
+  });
+}
 
 }  // extern "C"

@@ -91,6 +91,9 @@ int gs_probe_reports(int dev_index, int* reported) GS_NOEXCEPT;
 const char* gs_backend_name(void) GS_NOEXCEPT;
 // How many times gpu-scope called emptyCache.
 uint64_t gs_empty_cache_calls(void) GS_NOEXCEPT;
+// The running libtorch's build option `key` (e.g. "TORCH_VERSION", "CUDA_VERSION"): a string
+// that lives as long as the process, or NULL where libtorch has none.
+int gs_build_option(const char* key, const char** value) GS_NOEXCEPT;
 
 #ifdef __cplusplus
 }

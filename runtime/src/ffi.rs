@@ -66,6 +66,7 @@ extern "C" {
     pub(crate) fn gs_autocast_clear(cleared: *mut c_int) -> c_int;
     pub(crate) fn gs_probe_reports(dev_index: c_int, reported: *mut c_int) -> c_int;
     pub(crate) fn gs_backend_name() -> *const c_char;
+    fn gs_build_option(key: *const c_char, value: *mut *const c_char) -> c_int;
     pub(crate) fn gs_empty_cache_calls() -> u64;
 }
 
@@ -169,4 +170,18 @@ pub(crate) fn backend_name() -> &'static str {
     unsafe { CStr::from_ptr(gs_backend_name()) }
         .to_str()
         .unwrap_or("?")
+}
+
+/// The running libtorch's build option `key` (`TORCH_VERSION`, `CUDA_VERSION`, ...), if it has
+/// one. The text lives as long as the process (libtorch keeps it in a static map).
+pub(crate) fn build_option(key: &CStr) -> Option<&'static str> {
+    let mut value = std::ptr::null();
+    // SAFETY: a NUL-terminated key and a plain out-pointer; on success `value` is null or
+    // points to a NUL-terminated string that libtorch never frees.
+    check(unsafe { gs_build_option(key.as_ptr(), &mut value) }).ok()?;
+    if value.is_null() {
+        return None;
+    }
+    // SAFETY: see above.
+    unsafe { CStr::from_ptr(value) }.to_str().ok()
 }

@@ -25,6 +25,7 @@ mod sites;
 mod tensors;
 mod thread;
 mod trace;
+mod versions;
 
 #[doc(hidden)]
 pub mod __introspect;
@@ -45,3 +46,4 @@ pub use options::{EscapePolicy, ReleasePolicy, ScopeOptions};
 pub use report::{last_report, Bytes, DeviceReport, Escape, Held, HeldBy, ScopeReport, Untracked};
 pub use scope::{keep, keep_forever, scope, Scope};
 pub use tensors::{StorageSet, Tensors};
+pub use versions::{versions, Versions};

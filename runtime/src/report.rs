@@ -5,6 +5,7 @@
 //! allocator's rounded block (at least 512 B, a multiple of 512 B, sometimes a whole larger
 //! block). `requested` fields are what the tensors asked for, where the allocator said.
 use crate::device::DeviceId;
+use crate::versions::Versions;
 use serde::Serialize;
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -137,7 +138,8 @@ pub struct DeviceReport {
     pub cache_released: u64,
 }
 
-/// What one scope did, produced on every exit.
+/// What one scope did, produced on every exit. [`to_json`](ScopeReport::to_json) adds the
+/// versions of gpu-scope, tch and libtorch to its fields.
 ///
 /// Byte counts are the allocator's blocks: on the CPU exactly what was asked for; on CUDA the
 /// caching allocator's block, rounded up to a multiple of 512 bytes (sometimes a larger block).
@@ -244,9 +246,20 @@ impl ScopeReport {
         }
     }
 
-    /// The report as JSON.
+    /// The report as JSON: its fields, and under `"versions"` those of gpu-scope, tch and the
+    /// running libtorch ([`versions`](crate::versions())), which a bug report needs.
     pub fn to_json(&self) -> String {
-        serde_json::to_string(self).expect("a report always serialises")
+        #[derive(Serialize)]
+        struct Json<'a> {
+            versions: Versions,
+            #[serde(flatten)]
+            report: &'a ScopeReport,
+        }
+        let json = Json {
+            versions: crate::versions(),
+            report: self,
+        };
+        serde_json::to_string(&json).expect("a report always serialises")
     }
 }
 

@@ -10,6 +10,7 @@ fn total(n: i64, device: Device) -> Result<f64, Error> {
 }
 
 fn main() -> Result<(), Error> {
+    println!("{}", gpu_scope::versions());
     let info = gpu_scope::device_info();
     println!("{info:?}");
     let device = Device::cuda_if_available();
