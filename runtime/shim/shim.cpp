@@ -72,6 +72,7 @@ thread_local bool probe_seen = false;
 
 std::atomic<bool> tracker_attached{false};
 bool try_attach_tracker();
+bool accelerator_initialized();
 std::atomic<uint64_t> empty_cache_calls{0};
 
 int made_flags() {
@@ -269,6 +270,8 @@ bool try_attach_tracker() {
   if (tracker_attached.load()) return true;
   const gpu_scope::Backend* b = gpu_scope::backend();
   if (b == nullptr || b->attach_tracker == nullptr) return false;
+  // Cheap and lock-free: nothing to attach to before the allocator's lazy init.
+  if (!accelerator_initialized()) return false;
   static std::mutex once;
   std::unique_lock<std::mutex> lock(once, std::try_to_lock);
   if (!lock.owns_lock()) return false;  // another thread is attaching: it will be attached

@@ -154,7 +154,8 @@ pub(crate) fn ops_end(callback: u64) {
 /// requested for) as soon as the accelerator is initialized; a no-op once attached.
 pub(crate) fn attach_tracker() {
     static ATTACHED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    if ATTACHED.load(std::sync::atomic::Ordering::Relaxed) {
+    if ATTACHED.load(std::sync::atomic::Ordering::Relaxed) || crate::memory::accelerator().is_none()
+    {
         return;
     }
     let mut attached: c_int = 0;

@@ -16,7 +16,8 @@ use crate::device::DeviceId;
 use crate::report::HeldBy as Held;
 use rustc_hash::{FxHashMap, FxHashSet};
 use smallvec::SmallVec;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicIsize, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
 /// An allocation's identity: its base address and device.
@@ -162,7 +163,7 @@ impl Drop for Frame {
         // A frame nobody closed (its scope was forgotten on a thread that ended).
         let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
         if state.open {
-            OPEN_FRAMES.fetch_sub(1, Ordering::Relaxed);
+            open_frames(-1);
         }
     }
 }
@@ -170,10 +171,9 @@ impl Drop for Frame {
 impl Frame {
     /// A new open frame.
     pub(crate) fn open() -> Arc<Frame> {
-        static NEXT: AtomicU64 = AtomicU64::new(1);
-        OPEN_FRAMES.fetch_add(1, Ordering::Relaxed);
+        open_frames(1);
         Arc::new(Frame {
-            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            id: next_frame_id(),
             state: Mutex::new(FrameState {
                 open: true,
                 ..Default::default()
@@ -211,7 +211,33 @@ static REGISTRY: LazyLock<Box<[Shard]>> =
     LazyLock::new(|| (0..SHARDS).map(|_| Shard::default()).collect());
 /// Entries on accelerators: frees reported for other blocks return at once while it is 0.
 static ACCELERATOR_ENTRIES: AtomicUsize = AtomicUsize::new(0);
-static OPEN_FRAMES: AtomicUsize = AtomicUsize::new(0);
+/// Open frames, counted per thread in cache lines of their own (threads opening and closing
+/// scopes at a high rate would fight over one counter); summed by `counts`.
+static OPEN_FRAMES: [CachePadded; 16] = [const { CachePadded(AtomicIsize::new(0)) }; 16];
+
+#[repr(align(128))]
+struct CachePadded(AtomicIsize);
+
+thread_local! {
+    /// This thread's number (for its counter slot and frame ids) and its next frame number.
+    static THREAD_IDS: (u64, Cell<u64>) = {
+        static NEXT_THREAD: AtomicU64 = AtomicU64::new(0);
+        (NEXT_THREAD.fetch_add(1, Ordering::Relaxed), Cell::new(0))
+    };
+}
+
+fn open_frames(delta: isize) {
+    let slot = THREAD_IDS.try_with(|t| t.0 as usize % 16).unwrap_or(0);
+    OPEN_FRAMES[slot].0.fetch_add(delta, Ordering::Relaxed);
+}
+
+/// A process-unique frame id without a shared counter: the thread's number and its own count.
+fn next_frame_id() -> u64 {
+    THREAD_IDS.with(|(thread, next)| {
+        next.set(next.get() + 1);
+        (thread << 40) | next.get()
+    })
+}
 /// Bytes of the CPU blocks whose deleter the shim replaced that are alive now, and their peak
 /// (the CPU's `memory_stats`). While it is 0, CPU frees return at once.
 static CPU_LIVE: AtomicU64 = AtomicU64::new(0);
@@ -452,7 +478,7 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
             return Closed::default();
         }
         state.open = false;
-        OPEN_FRAMES.fetch_sub(1, Ordering::Relaxed);
+        open_frames(-1);
         (
             std::mem::take(&mut state.stats),
             std::mem::take(&mut state.keys),
@@ -567,7 +593,11 @@ pub(crate) fn counts() -> (usize, usize, usize) {
         entries += map.len();
         cpu += map.values().filter(|e| e.cpu.is_some()).count();
     }
-    (entries, OPEN_FRAMES.load(Ordering::Relaxed), cpu)
+    let open: isize = OPEN_FRAMES
+        .iter()
+        .map(|c| c.0.load(Ordering::Relaxed))
+        .sum();
+    (entries, open.max(0) as usize, cpu)
 }
 
 /// Bytes of CPU blocks made inside scopes that are still alive, and their peak.
