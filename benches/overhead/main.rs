@@ -58,6 +58,12 @@ fn main() {
         .iter()
         .position(|a| a == "--only")
         .map(|i| args[i + 1].clone());
+    // A worker thread that panics would leave the others waiting at a barrier forever.
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        std::process::exit(101);
+    }));
     tch::set_num_threads(1);
     tch::manual_seed(0);
     let mut table = vec![];

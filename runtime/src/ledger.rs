@@ -205,7 +205,8 @@ impl Frame {
 
 const SHARDS: usize = 64;
 
-type Shard = Mutex<FxHashMap<Key, Entry>>;
+/// Each shard in cache lines of its own: threads locking neighbouring shards do not fight.
+type Shard = CachePadded<Mutex<FxHashMap<Key, Entry>>>;
 
 static REGISTRY: LazyLock<Box<[Shard]>> =
     LazyLock::new(|| (0..SHARDS).map(|_| Shard::default()).collect());
@@ -213,10 +214,12 @@ static REGISTRY: LazyLock<Box<[Shard]>> =
 static ACCELERATOR_ENTRIES: AtomicUsize = AtomicUsize::new(0);
 /// Open frames, counted per thread in cache lines of their own (threads opening and closing
 /// scopes at a high rate would fight over one counter); summed by `counts`.
-static OPEN_FRAMES: [CachePadded; 16] = [const { CachePadded(AtomicIsize::new(0)) }; 16];
+static OPEN_FRAMES: [CachePadded<AtomicIsize>; 16] =
+    [const { CachePadded(AtomicIsize::new(0)) }; 16];
 
+#[derive(Default)]
 #[repr(align(128))]
-struct CachePadded(AtomicIsize);
+struct CachePadded<T>(T);
 
 thread_local! {
     /// This thread's number (for its counter slot and frame ids) and its next frame number.
@@ -246,7 +249,7 @@ static CPU_PEAK: AtomicU64 = AtomicU64::new(0);
 fn shard(key: Key) -> MutexGuard<'static, FxHashMap<Key, Entry>> {
     let mixed = ((key.0 >> 6) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     let shard = &REGISTRY[(mixed >> 58) as usize % SHARDS];
-    shard.lock().unwrap_or_else(|e| e.into_inner())
+    shard.0.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Keeps count of accelerator entries (CPU blocks are counted in bytes by `CPU_LIVE`).
@@ -589,7 +592,7 @@ fn hand_on(key: Key, entry: &mut Entry, chain: &Chain) {
 pub(crate) fn counts() -> (usize, usize, usize) {
     let (mut entries, mut cpu) = (0, 0);
     for shard in REGISTRY.iter() {
-        let map = shard.lock().unwrap_or_else(|e| e.into_inner());
+        let map = shard.0.lock().unwrap_or_else(|e| e.into_inner());
         entries += map.len();
         cpu += map.values().filter(|e| e.cpu.is_some()).count();
     }
