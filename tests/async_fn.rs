@@ -1,6 +1,6 @@
 //! `#[gpu_scope]` on `async fn`: re-entered on every poll, on whichever thread polls.
 mod common;
-use common::floats;
+use common::{block, floats, on};
 use gpu_scope::{gpu_scope, Error};
 use std::sync::{Arc, Mutex};
 use tch::Tensor;
@@ -43,13 +43,23 @@ async fn polls_hop_threads_and_attribution_is_exact() {
             Ok(acc) => {
                 assert_eq!(i % 2, 1);
                 assert_eq!(acc.size(), [8]);
-                assert_eq!((report.kept, report.allocated), (32, 41 * 32), "{report}");
+                let row = on(&report);
+                assert_eq!(
+                    (row.kept, row.allocated),
+                    (block(32), 41 * block(32)),
+                    "{report}"
+                );
             }
             Err(e) => {
                 assert_eq!(i % 2, 0);
                 let r = e.report().unwrap();
-                assert_eq!(r.escaped_bytes, 20, "{r}");
-                assert_eq!(r.allocated, 41 * 32 + 20, "{r}");
+                let row = on(r);
+                assert_eq!(
+                    (r.escaped_bytes, row.escaped),
+                    (block(20), block(20)),
+                    "{r}"
+                );
+                assert_eq!(row.allocated, 41 * block(32) + block(20), "{r}");
                 escapes += 1;
             }
         }
@@ -71,7 +81,7 @@ async fn cancelled_future_ends_without_check() {
     assert!(cancelled.is_err());
     // A clean scope on this task afterwards sees nothing of the cancelled one.
     let (_, report) = gpu_scope::scope(common::strict("after"), || floats(1)).unwrap();
-    assert_eq!(report.allocated, 4);
+    assert_eq!(on(&report).allocated, block(4), "{report}");
 }
 
 #[gpu_scope(on_escape = error)]
