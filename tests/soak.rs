@@ -43,6 +43,8 @@ struct Tally {
     scopes: u64,
     planted: u64,
     reported: u64,
+    /// Escapes reported without operator and shape (attribution on leak: the first one).
+    unattributed: u64,
 }
 
 /// One scope at `depth` (1..=4), shaped by `i`; returns the tensor it hands back.
@@ -65,7 +67,9 @@ fn run(i: u64, depth: u64, tally: &mut Tally) -> Tensor {
             assert!(plant, "false escape at scope {i}/{depth}: {report}");
             assert_eq!(report.escaped.len(), 1, "{report}");
             assert_eq!(report.escaped[0].bytes, 12, "{report}");
-            assert_eq!(report.escaped[0].shape.as_deref(), Some(&[3][..]));
+            let shape = report.attributed.then_some(&[3][..]);
+            assert_eq!(report.escaped[0].shape.as_deref(), shape, "{report}");
+            tally.unattributed += u64::from(!report.attributed);
             tally.reported += 1;
         }
         Err(other) => panic!("scope {i}/{depth} failed: {other}"),
@@ -101,6 +105,13 @@ fn soak_scopes_hold_memory_flat_and_report_exactly_the_planted_escapes() {
     );
     assert!(tally.planted > 0);
     assert_eq!(tally.reported, tally.planted);
+    // All scopes open at one place: attributed always (debug builds), or from its first leak on.
+    let unattributed = match gpu_scope::attribution() {
+        gpu_scope::Attribution::Always => 0,
+        gpu_scope::Attribution::OnLeak => 1,
+        gpu_scope::Attribution::Off => tally.planted,
+    };
+    assert_eq!(tally.unattributed, unattributed);
     if std::env::var("GPU_SCOPE_SOAK_RSS").as_deref() == Ok("0") {
         println!("soak: RSS check off (GPU_SCOPE_SOAK_RSS=0: a memory checker owns the heap)");
     } else {
