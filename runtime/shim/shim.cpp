@@ -326,8 +326,14 @@ c10::DeviceType accelerator_type() {
 }
 
 bool accelerator_initialized() {
-  auto acc = at::accelerator::getAccelerator(false);
-  return acc.has_value() && c10::getDeviceAllocator(*acc)->initialized();
+  // Which accelerator the process has, and its allocator, are settled once libtorch and its
+  // backends are loaded (before any call here); asking libtorch each time (a walk over the
+  // backends' hooks and a dynamic_cast) cost twice per outermost scope.
+  static c10::DeviceAllocator* const allocator = [] {
+    auto acc = at::accelerator::getAccelerator(false);
+    return acc.has_value() ? c10::getDeviceAllocator(*acc) : nullptr;
+  }();
+  return allocator != nullptr && allocator->initialized();
 }
 
 }  // namespace

@@ -35,16 +35,9 @@ impl Owner {
     }
 }
 
-/// Publishes the chain of `stack` to the thread's owner (for libtorch's worker threads) and to
-/// the thread itself.
-fn publish(t: &ThreadState, stack: &[Level]) {
-    let chain = (!stack.is_empty()).then(|| {
-        stack
-            .iter()
-            .rev()
-            .map(|l| l.frame.clone())
-            .collect::<Chain>()
-    });
+/// Publishes `chain` to the thread's owner (for libtorch's worker threads) and to the thread
+/// itself.
+fn publish(t: &ThreadState, chain: Option<Chain>) {
     *t.owner.current.lock().unwrap_or_else(|e| e.into_inner()) = chain.clone();
     *t.chain.borrow_mut() = chain;
 }
@@ -57,6 +50,9 @@ struct Level {
     token: Token,
     frame: Arc<Frame>,
     owned: bool,
+    /// The frames from this level down, innermost first: what the thread is charged to while
+    /// this level is on top (kept here, so that popping back to it allocates nothing).
+    chain: Chain,
 }
 
 struct ThreadState {
@@ -107,12 +103,15 @@ pub(crate) fn push(frame: Arc<Frame>, owned: bool, operators: bool) -> Result<To
                 .set(ffi::ops_begin().map(|callback| (callback, token)));
         }
         let mut stack = t.stack.borrow_mut();
+        let below = stack.last().map_or(&[][..], |l| &l.chain[..]);
+        let chain: Chain = std::iter::once(&frame).chain(below).cloned().collect();
+        publish(t, Some(chain.clone()));
         stack.push(Level {
             token,
             frame,
             owned,
+            chain,
         });
-        publish(t, &stack);
         Ok(token)
     })
 }
@@ -130,7 +129,7 @@ pub(crate) fn around(token: Token) -> (Vec<Arc<Frame>>, Option<Chain>) {
             .filter(|l| l.owned)
             .map(|l| l.frame.clone())
             .collect();
-        let below = (at > 0).then(|| stack[..at].iter().rev().map(|l| l.frame.clone()).collect());
+        let below = at.checked_sub(1).map(|i| stack[i].chain.clone());
         (above, below)
     })
 }
@@ -143,17 +142,19 @@ pub(crate) fn pop(token: Token) {
         let Some(at) = stack.iter().position(|l| l.token == token) else {
             return;
         };
-        let dropped = stack.split_off(at);
-        publish(t, &stack);
+        let ops_ended = t
+            .ops
+            .get()
+            .filter(|(_, level)| stack[at..].iter().any(|l| l.token == *level));
+        // Dropping the levels drops frames and chains only: nothing here touches this state.
+        stack.truncate(at);
+        publish(t, stack.last().map(|l| l.chain.clone()));
         let empty = stack.is_empty();
         drop(stack);
-        if let Some((callback, level)) = t.ops.get() {
-            if dropped.iter().any(|l| l.token == level) {
-                ffi::ops_end(callback);
-                t.ops.set(None);
-            }
+        if let Some((callback, _)) = ops_ended {
+            ffi::ops_end(callback);
+            t.ops.set(None);
         }
-        drop(dropped);
         if empty && t.hooks.take().is_some() {
             ffi::thread_leave();
         }
