@@ -1,33 +1,68 @@
 #!/usr/bin/env bash
-# Makes libtorch 2.11.0 (the version tch 0.24 expects) available to this repository.
-# Does nothing when it already is, or when you set LIBTORCH / LIBTORCH_USE_PYTORCH yourself.
-# Otherwise installs torch==2.11.0 from PyPI into .venv and links .libtorch to it, which
-# .cargo/config.toml hands to torch-sys.
+# Makes the libtorch that a tch version expects available to this repository:
+#   bash setup.sh        tch 0.26 (feature tch-0-26, the default): libtorch 2.13, linked as
+#                        .libtorch, which .cargo/config.toml hands to torch-sys
+#   bash setup.sh 0.25   tch 0.25 (feature tch-0-25): libtorch 2.12, linked as
+#                        .torch/libtorch-0.25 (.ci/tch builds with it)
+#   bash setup.sh 0.24   tch 0.24 (feature tch-0-24): libtorch 2.11, linked as
+#                        .torch/libtorch-0.24
+# Each version is installed once from PyPI (torch, and the CUDA `crt` headers gpu-scope's CUDA
+# backend needs), about 5 GB and 2 minutes: the default into .venv (whose python the benchmark
+# uses for its PyTorch rows), another into .torch/venv-<torch version>, or into that too when
+# .venv already holds another torch. A .venv or .torch/venv-* that has the version is reused.
+# For the default, does nothing when you set LIBTORCH or LIBTORCH_USE_PYTORCH yourself.
 set -euo pipefail
 cd "$(dirname "$0")"
-version=2.11.0
+default=0.26
+tch=${1:-$default}
+case $tch in
+  0.24) version=2.11.0 ;;
+  0.25) version=2.12.0 ;;
+  0.26) version=2.13.0 ;;
+  *) echo "setup: no libtorch known for tch $tch; use 0.26 (the default), 0.25 or 0.24" >&2; exit 2 ;;
+esac
+if [ "$tch" = "$default" ]; then link=.libtorch; else link=.torch/libtorch-$tch; fi
 
-if [ -n "${LIBTORCH:-}" ] || [ -n "${LIBTORCH_USE_PYTORCH:-}" ]; then
+if [ "$tch" = "$default" ] && { [ -n "${LIBTORCH:-}" ] || [ -n "${LIBTORCH_USE_PYTORCH:-}" ]; }; then
   echo "setup: using your own libtorch (LIBTORCH or LIBTORCH_USE_PYTORCH is set)"
   exit 0
 fi
 # PyPI's CUDA 13 runtime wheel ships its headers without crt/, which gpu-scope's CUDA backend
 # needs at build time (runtime/build.rs); the nvidia-cuda-crt wheel (130 KB) has them.
 crt=nvidia-cuda-crt==13.0.88
-if [ -f .libtorch/lib/libtorch_cpu.so ] && grep -q "^__version__ = '$version" .libtorch/version.py 2>/dev/null \
-  && [ -f .libtorch/../nvidia/cu13/include/crt/host_defines.h ]; then
+ready() { # $1: a torch folder
+  [ -f "$1/lib/libtorch_cpu.so" ] && grep -q "^__version__ = '$version" "$1/version.py" 2>/dev/null \
+    && [ -f "$1/../nvidia/cu13/include/crt/host_defines.h" ]
+}
+if ready "$link"; then
   exit 0
 fi
 
-python=${PYTHON:-python3}
-if ! "$python" -c 'import venv, ensurepip' 2>/dev/null; then
-  echo "setup: need Python 3 with venv and pip (e.g. apt-get install python3-venv)," >&2
-  echo "       or point LIBTORCH at a libtorch $version folder." >&2
-  exit 1
+mkdir -p .torch
+torch_dir=
+for venv in .venv ".torch/venv-$version"; do
+  for dir in "$venv"/lib/python3*/site-packages/torch; do
+    if ready "$dir"; then torch_dir=$dir; fi
+  done
+done
+if [ -z "$torch_dir" ]; then
+  python=${PYTHON:-python3}
+  if ! "$python" -c 'import venv, ensurepip' 2>/dev/null; then
+    echo "setup: need Python 3 with venv and pip (e.g. apt-get install python3-venv)," >&2
+    echo "       or point LIBTORCH at a libtorch $version folder." >&2
+    exit 1
+  fi
+  venv=.torch/venv-$version
+  if [ "$tch" = "$default" ] && ! compgen -G ".venv/lib/python3*/site-packages/torch" >/dev/null; then
+    venv=.venv
+  fi
+  echo "setup: installing torch==$version from PyPI into $venv (about 5 GB, a few minutes)"
+  [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "torch==$version" "$crt"
+  torch_dir=$("$venv/bin/python" -c 'import os, torch; print(os.path.relpath(os.path.dirname(torch.__file__)))')
 fi
-echo "setup: installing torch==$version from PyPI into .venv (about 5 GB, a few minutes)"
-[ -x .venv/bin/python ] || "$python" -m venv .venv
-.venv/bin/python -m pip install --quiet --disable-pip-version-check "torch==$version" "$crt"
-torch_dir=$(.venv/bin/python -c 'import os, torch; print(os.path.relpath(os.path.dirname(torch.__file__)))')
-ln -sfn "$torch_dir" .libtorch
-echo "setup: libtorch $version ready at $torch_dir"
+# A relative link, so that the checkout can move.
+target=$torch_dir
+case $link in */*) target=../$torch_dir ;; esac
+ln -sfn "$target" "$link"
+echo "setup: libtorch $version for tch $tch ready at $link -> $torch_dir"

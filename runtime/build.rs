@@ -38,6 +38,82 @@ fn cuda_includes(torch_root: &Path) -> Option<Vec<PathBuf>> {
     complete(dirs)
 }
 
+/// The libtorch each tch feature is built against (torch-sys checks only some layouts itself:
+/// not PyPI's `site-packages/torch`), as `(feature, major.minor)`.
+const TCH_LIBTORCH: [(&str, &str); 3] = [
+    ("tch-0-24", "2.11"),
+    ("tch-0-25", "2.12"),
+    ("tch-0-26", "2.13"),
+];
+
+/// The `major.minor` version of the libtorch headers under `include`, if they say.
+fn libtorch_version(include: &Path) -> Option<String> {
+    let headers = [
+        "torch/headeronly/version.h",
+        "torch/csrc/api/include/torch/version.h",
+    ];
+    let text = headers
+        .iter()
+        .find_map(|h| std::fs::read_to_string(include.join("include").join(h)).ok())?;
+    let number = |name: &str| {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(name)?.trim().parse::<u32>().ok())
+    };
+    let (major, minor) = (
+        number("#define TORCH_VERSION_MAJOR")?,
+        number("#define TORCH_VERSION_MINOR")?,
+    );
+    Some(format!("{major}.{minor}"))
+}
+
+/// The tch feature that is on, with its libtorch; stops the build unless exactly one is.
+fn tch_feature() -> (&'static str, &'static str) {
+    let on: Vec<_> = TCH_LIBTORCH
+        .into_iter()
+        .filter(|(feature, _)| env::var_os(feature_var(feature)).is_some())
+        .collect();
+    // What to write, shown whenever the features are wrong.
+    let write = "write, in your Cargo.toml, `gpu-scope = \"0.1\"` for tch 0.26 (the default), or \
+                 `gpu-scope = { version = \"0.1\", default-features = false, features = \
+                 [\"tch-0-24\"] }` for tch 0.24 (`tch-0-25` for tch 0.25), and the same tch in \
+                 your `tch` requirement";
+    match on[..] {
+        [one] => one,
+        [] => panic!("gpu-scope: no tch feature is on: {write}"),
+        _ => panic!(
+            "gpu-scope: several tch features are on ({}), and exactly one must be: {write}",
+            on.iter()
+                .map(|(feature, _)| format!("`{feature}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// Stops the build, with what to do, when the libtorch is not the one the tch feature needs.
+fn check_libtorch_version(include: &Path, (feature, wanted): (&str, &str)) {
+    if env_var("LIBTORCH_BYPASS_VERSION_CHECK").is_some() {
+        return;
+    }
+    match libtorch_version(include) {
+        Some(found) if found == wanted => {}
+        found => panic!(
+            "gpu-scope: feature `{feature}` needs libtorch {wanted}, but the libtorch at {} is \
+             {}. Point LIBTORCH at a libtorch {wanted} (in this repository: `bash setup.sh`, \
+             with the tch version for a feature other than the default), or select the \
+             feature of the tch that matches your libtorch (README: Versions). \
+             LIBTORCH_BYPASS_VERSION_CHECK=1 skips this check.",
+            include.display(),
+            found.unwrap_or_else(|| "of unknown version".to_owned()),
+        ),
+    }
+}
+
+/// The variable cargo sets for `feature`.
+fn feature_var(feature: &str) -> String {
+    format!("CARGO_FEATURE_{}", feature.to_uppercase().replace('-', "_"))
+}
+
 /// The files in `dir` whose name ends with `ext`, sorted.
 fn sources(dir: &str, ext: &str) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -52,6 +128,7 @@ fn sources(dir: &str, ext: &str) -> Vec<PathBuf> {
 }
 
 fn main() {
+    let tch = tch_feature();
     // Documentation builds (docs.rs, or `--features doc-only` anywhere) have no libtorch:
     // torch-sys then skips its C++, and so does this, while rustdoc still reads the Rust.
     if env::var_os("CARGO_FEATURE_DOC_ONLY").is_some() || env_var("DOCS_RS").is_some() {
@@ -70,6 +147,7 @@ fn main() {
         .map(PathBuf::from)
         .unwrap_or_else(|| root.clone());
     let abi = env_var("LIBTORCH_CXX11_ABI").unwrap_or_else(|| "1".to_owned());
+    check_libtorch_version(&include, tch);
 
     let mut build = cc::Build::new();
     build
