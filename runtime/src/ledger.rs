@@ -253,7 +253,7 @@ fn shard(key: Key) -> MutexGuard<'static, FxHashMap<Key, Entry>> {
 }
 
 /// Keeps count of accelerator entries (CPU blocks are counted in bytes by `CPU_LIVE`).
-fn counted(_: &Entry, key: Key, delta: isize) {
+fn counted(key: Key, delta: isize) {
     if key.1.is_cpu() {
         return;
     }
@@ -265,18 +265,18 @@ fn counted(_: &Entry, key: Key, delta: isize) {
 }
 
 fn insert(key: Key, entry: Entry) -> Option<Entry> {
-    counted(&entry, key, 1);
+    counted(key, 1);
     let old = shard(key).insert(key, entry);
-    if let Some(old) = &old {
-        counted(old, key, -1);
+    if old.is_some() {
+        counted(key, -1);
     }
     old
 }
 
 fn remove(key: Key) -> Option<Entry> {
     let old = shard(key).remove(&key);
-    if let Some(old) = &old {
-        counted(old, key, -1);
+    if old.is_some() {
+        counted(key, -1);
     }
     old
 }
@@ -390,7 +390,7 @@ fn untrack_entry(map: &mut FxHashMap<Key, Entry>, key: Key) -> Option<Entry> {
     let entry = map.get_mut(&key)?;
     if entry.cpu.is_none() {
         let entry = map.remove(&key)?;
-        counted(&entry, key, -1);
+        counted(key, -1);
         return Some(entry);
     }
     Some(Entry {

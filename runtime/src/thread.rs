@@ -22,7 +22,11 @@ impl Owner {
     /// that thread is charged to. Without a lock on the owning thread itself.
     pub(crate) fn current(&self) -> Option<Chain> {
         let own = THREAD.try_with(|t| {
-            std::ptr::eq(Arc::as_ptr(&t.owner), self).then(|| t.chain.borrow().clone())
+            if !std::ptr::eq(Arc::as_ptr(&t.owner), self) {
+                return None;
+            }
+            let stack = t.stack.try_borrow().ok()?;
+            Some(stack.last().map(|l| l.chain.clone()))
         });
         match own {
             Ok(Some(chain)) => chain,
@@ -35,11 +39,10 @@ impl Owner {
     }
 }
 
-/// Publishes `chain` to the thread's owner (for libtorch's worker threads) and to the thread
-/// itself.
+/// Publishes `chain` to the thread's owner, for libtorch's worker threads (the thread itself
+/// reads its stack).
 fn publish(t: &ThreadState, chain: Option<Chain>) {
-    *t.owner.current.lock().unwrap_or_else(|e| e.into_inner()) = chain.clone();
-    *t.chain.borrow_mut() = chain;
+    *t.owner.current.lock().unwrap_or_else(|e| e.into_inner()) = chain;
 }
 
 /// A frame's place on a thread's stack, given back to take it off again.
@@ -57,8 +60,6 @@ struct Level {
 
 struct ThreadState {
     owner: Arc<Owner>,
-    /// `owner`'s chain, read here without its lock by this thread's own allocations.
-    chain: RefCell<Option<Chain>>,
     stack: RefCell<Vec<Level>>,
     next: Cell<u64>,
     /// What the shim installed while the stack is not empty.
@@ -81,7 +82,6 @@ impl Drop for ThreadState {
 thread_local! {
     static THREAD: ThreadState = ThreadState {
         owner: Arc::default(),
-        chain: RefCell::default(),
         stack: RefCell::default(),
         next: Cell::new(0),
         hooks: Cell::new(None),
@@ -168,7 +168,7 @@ pub(crate) fn innermost() -> Option<Arc<Frame>> {
 
 /// The frames on this thread's stack, innermost first.
 pub(crate) fn chain() -> Option<Chain> {
-    THREAD.with(|t| t.chain.borrow().clone())
+    THREAD.with(|t| t.stack.borrow().last().map(|l| l.chain.clone()))
 }
 
 /// Whether operators are attributed on this thread now.
