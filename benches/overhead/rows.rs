@@ -375,12 +375,7 @@ fn gpu() -> Vec<Row> {
         }
         let n = calls() - before;
         let name = format!("emptyCache calls per 1000 scopes, {what}");
-        rows.push(Row::figure(
-            &name,
-            n as f64,
-            format!("{n} (0 synchronizes)"),
-            None,
-        ));
+        rows.push(Row::figure(&name, n as f64, n.to_string(), None));
     }
     let _no_grad = tch::no_grad_guard();
     let vs = nn::VarStore::new(cuda);

@@ -290,7 +290,7 @@ fn release_calls(_: bool) -> Result<String, String> {
     })?;
     Ok(format!(
         "per 1000 scopes: {nothing} (no device allocation), {nested} (nested in one outer \
-         scope), {outermost} (outermost, each allocating); 0 device synchronizes by gpu-scope"
+         scope), {outermost} (outermost, each allocating)"
     ))
 }
 
