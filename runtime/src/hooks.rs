@@ -116,7 +116,7 @@ pub unsafe extern "C" fn gs_rust_on_alloc(
                 deleter: orig_deleter,
             }),
         };
-        if ledger::record_alloc(&chain, (ptr as usize, device), entry) && device.is_cpu() {
+        if ledger::record_alloc(chain, (ptr as usize, device), entry) && device.is_cpu() {
             // SAFETY: see the function's contract.
             unsafe { *tracked = 1 };
         }

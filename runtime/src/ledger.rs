@@ -241,6 +241,47 @@ fn next_frame_id() -> u64 {
         (thread << 40) | next.get()
     })
 }
+
+/// Emptied key sets (of closed frames, of the storages an exit collected), kept per thread for
+/// the next ones: a scope that allocates then neither allocates its sets nor grows them again.
+pub(crate) mod spare_keys {
+    use super::Key;
+    use rustc_hash::FxHashSet;
+    use std::cell::RefCell;
+
+    /// Sets kept per thread, and the largest capacity worth keeping (a large scope's set goes
+    /// back to the allocator instead of staying with the thread).
+    const KEPT: usize = 4;
+    const MAX_CAPACITY: usize = 256;
+
+    thread_local! {
+        static SPARE: RefCell<Vec<FxHashSet<Key>>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// A spare set, or a new one.
+    pub(crate) fn take() -> FxHashSet<Key> {
+        SPARE
+            .try_with(|s| s.borrow_mut().pop())
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+    }
+
+    /// Keeps `set` (emptied) for a later frame or exit on this thread.
+    pub(crate) fn give(mut set: FxHashSet<Key>) {
+        if set.capacity() == 0 || set.capacity() > MAX_CAPACITY {
+            return;
+        }
+        set.clear();
+        let _ = SPARE.try_with(|s| {
+            let mut spare = s.borrow_mut();
+            if spare.len() < KEPT {
+                spare.push(set);
+            }
+        });
+    }
+}
+
 /// Bytes of the CPU blocks whose deleter the shim replaced that are alive now, and their peak
 /// (the CPU's `memory_stats`). While it is 0, CPU frees return at once.
 static CPU_LIVE: AtomicU64 = AtomicU64::new(0);
@@ -253,6 +294,7 @@ fn shard(key: Key) -> MutexGuard<'static, FxHashMap<Key, Entry>> {
 }
 
 /// Keeps count of accelerator entries (CPU blocks are counted in bytes by `CPU_LIVE`).
+#[inline]
 fn counted(key: Key, delta: isize) {
     if key.1.is_cpu() {
         return;
@@ -264,6 +306,7 @@ fn counted(key: Key, delta: isize) {
     }
 }
 
+#[inline]
 fn insert(key: Key, entry: Entry) -> Option<Entry> {
     counted(key, 1);
     let old = shard(key).insert(key, entry);
@@ -273,6 +316,7 @@ fn insert(key: Key, entry: Entry) -> Option<Entry> {
     old
 }
 
+#[inline]
 fn remove(key: Key) -> Option<Entry> {
     let old = shard(key).remove(&key);
     if old.is_some() {
@@ -283,7 +327,8 @@ fn remove(key: Key) -> Option<Entry> {
 
 /// Charges a new allocation to `chain` (owned by its innermost frame). Returns false (nothing
 /// recorded) if that frame has closed meanwhile.
-pub(crate) fn record_alloc(chain: &Chain, key: Key, mut entry: Entry) -> bool {
+#[inline]
+pub(crate) fn record_alloc(chain: Chain, key: Key, mut entry: Entry) -> bool {
     let Some(owner) = chain.first() else {
         return false;
     };
@@ -292,6 +337,9 @@ pub(crate) fn record_alloc(chain: &Chain, key: Key, mut entry: Entry) -> bool {
         let mut state = owner.lock();
         if !state.open {
             return false;
+        }
+        if state.keys.capacity() == 0 {
+            state.keys = spare_keys::take();
         }
         state.keys.insert(key);
         state.saw_backward |= entry.made.backward;
@@ -303,7 +351,7 @@ pub(crate) fn record_alloc(chain: &Chain, key: Key, mut entry: Entry) -> bool {
             state.stats.both(key.1, |c| c.alloc(bytes, requested));
         }
     }
-    entry.chain = Some(chain.clone());
+    entry.chain = Some(chain);
     entry.owner = 0;
     if key.1.is_cpu() && entry.cpu.is_some() {
         let live = CPU_LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
@@ -351,6 +399,7 @@ fn discharge(key: Key, entry: &Entry, freed: bool, except: Option<&Arc<Frame>>) 
 }
 
 /// An entry is gone: freed, or (`freed` false) no longer tracked.
+#[inline]
 fn release(key: Key, entry: Entry, freed: bool) {
     if freed && entry.cpu.is_some() {
         CPU_LIVE.fetch_sub(entry.bytes, Ordering::Relaxed);
@@ -359,6 +408,7 @@ fn release(key: Key, entry: Entry, freed: bool) {
 }
 
 /// A block was freed. Returns how libtorch frees it if the shim replaced its CPU deleter.
+#[inline]
 pub(crate) fn record_free(key: Key) -> Option<CpuOrigin> {
     let none_tracked = if key.1.is_cpu() {
         CPU_LIVE.load(Ordering::Relaxed) == 0
@@ -475,7 +525,7 @@ pub(crate) fn with_entry<R>(key: Key, f: impl FnOnce(&Entry) -> R) -> Option<R> 
 /// frame of `enclosing` (or leave tracking when there is none), library-held ones leave
 /// tracking, escaped ones are returned. `enclosing` is the chain the frame closes inside.
 pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn Judge) -> Closed {
-    let (stats, keys) = {
+    let (stats, mut keys) = {
         let mut state = frame.lock();
         if !state.open {
             return Closed::default();
@@ -498,7 +548,7 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
     // closing elsewhere than it ran) after everything that leaves, so that the enclosing
     // scope never counts them while it still counts blocks that are leaving.
     let (mut moved, mut charged_later) = (Vec::new(), Vec::new());
-    for key in keys {
+    for key in keys.drain() {
         let mut map = shard(key);
         // Freed on another thread after the frame was locked: nothing to judge.
         let Some(entry) = map.get_mut(&key) else {
@@ -528,6 +578,7 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
             }
         }
     }
+    spare_keys::give(keys);
     if let Some(chain) = enclosing {
         chain[0].lock().keys.extend(moved);
         for key in charged_later {

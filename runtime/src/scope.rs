@@ -28,7 +28,7 @@ impl Scope {
 
     /// Marks a value as kept: its storages may outlive this scope (into the enclosing one).
     pub fn keep<T: Tensors + ?Sized>(&self, value: &T) {
-        self.open.frame().mark(storages(value).keys);
+        self.open.frame().mark(storages(value).keys.iter().copied());
     }
 
     /// Ends the scope: everything still alive that `kept` does not own has escaped. Returns
@@ -71,7 +71,7 @@ pub fn scope<R: Tensors>(
 /// [`keep_forever`] for memory that should leave every scope.
 pub fn keep<T: Tensors + ?Sized>(value: &T) {
     if let Some(frame) = thread::innermost() {
-        frame.mark(storages(value).keys);
+        frame.mark(storages(value).keys.iter().copied());
     }
 }
 
@@ -79,5 +79,5 @@ pub fn keep<T: Tensors + ?Sized>(value: &T) {
 /// one will check them (a library's deliberate cache; TensorFlow.js's `tf.keep`). Memory
 /// allocated after this call is tracked as usual.
 pub fn keep_forever<T: Tensors + ?Sized>(value: &T) {
-    ledger::untrack(storages(value).keys);
+    ledger::untrack(storages(value).keys.iter().copied());
 }

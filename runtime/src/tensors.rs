@@ -29,6 +29,12 @@ pub struct StorageSet {
     pub(crate) var_store: bool,
 }
 
+impl Drop for StorageSet {
+    fn drop(&mut self) {
+        crate::ledger::spare_keys::give(std::mem::take(&mut self.keys));
+    }
+}
+
 impl StorageSet {
     /// An empty set.
     pub fn new() -> Self {
@@ -74,6 +80,11 @@ impl StorageSet {
         } else {
             &more[..n.min(more.len())]
         };
+        if self.keys.capacity() == 0 {
+            // One that a closed frame or an earlier exit gave back: collecting what a scope
+            // hands back allocates nothing in the steady state.
+            self.keys = crate::ledger::spare_keys::take();
+        }
         for s in storages {
             self.keys
                 .insert((s.ptr as usize, DeviceId::from_raw(s.dev_type, s.dev_index)));

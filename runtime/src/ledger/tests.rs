@@ -45,10 +45,10 @@ impl Judge for Escapes {
 fn a_keep_mark_dies_with_its_block() {
     let frame = Frame::open();
     let c = chain(&[&frame]);
-    assert!(record_alloc(&c, key(0, 0), entry(64)));
+    assert!(record_alloc(c.clone(), key(0, 0), entry(64)));
     frame.mark([key(0, 0)]);
     record_free(key(0, 0));
-    assert!(record_alloc(&c, key(0, 0), entry(64)));
+    assert!(record_alloc(c.clone(), key(0, 0), entry(64)));
     let closed = close(&frame, None, &Escapes);
     assert_eq!(closed.escaped.len(), 1, "the second block was never kept");
     assert_eq!(closed.kept.total.live, 0);
@@ -59,13 +59,13 @@ fn a_keep_mark_dies_with_its_block() {
 fn peaks_are_exact_across_nesting() {
     let outer = Frame::open();
     let (o, k) = (chain(&[&outer]), |n| key(1, n));
-    record_alloc(&o, k(0), entry(4));
-    record_alloc(&o, k(1), entry(4));
+    record_alloc(o.clone(), k(0), entry(4));
+    record_alloc(o.clone(), k(1), entry(4));
     let inner = Frame::open();
     let i = chain(&[&inner, &outer]);
     record_free(k(0));
-    record_alloc(&i, k(2), entry(4));
-    record_alloc(&i, k(3), entry(4));
+    record_alloc(i.clone(), k(2), entry(4));
+    record_alloc(i.clone(), k(3), entry(4));
     let closed_inner = close(&inner, Some(&o), &KeepAll);
     assert_eq!(closed_inner.stats.total.peak, 8);
     let closed = close(&outer, None, &KeepAll);
@@ -88,8 +88,8 @@ fn peaks_are_exact_across_nesting() {
 fn a_suspended_scope_closing_elsewhere_cannot_underflow() {
     let (x, y, task) = (Frame::open(), Frame::open(), Frame::open());
     let k = |n| key(2, n);
-    record_alloc(&chain(&[&task, &x]), k(0), entry(100));
-    record_alloc(&chain(&[&task, &y]), k(1), entry(10));
+    record_alloc(chain(&[&task, &x]), k(0), entry(100));
+    record_alloc(chain(&[&task, &y]), k(1), entry(10));
     close(&task, Some(&chain(&[&y])), &KeepAll);
     assert_eq!(x.lock().stats.total.live, 100);
     assert_eq!(
@@ -114,7 +114,7 @@ fn a_suspended_scope_closing_elsewhere_cannot_underflow() {
 #[test]
 fn an_escape_leaves_every_frame_it_was_charged_to() {
     let (outer, inner) = (Frame::open(), Frame::open());
-    record_alloc(&chain(&[&inner, &outer]), key(3, 0), entry(32));
+    record_alloc(chain(&[&inner, &outer]), key(3, 0), entry(32));
     let closed = close(&inner, Some(&chain(&[&outer])), &Escapes);
     assert_eq!(closed.escaped.len(), 1);
     assert_eq!(outer.lock().stats.total.live, 0);
@@ -134,7 +134,7 @@ fn an_escaped_cpu_block_keeps_its_original_deleter() {
         ctx: 42,
         deleter: None,
     });
-    assert!(record_alloc(&chain(&[&frame]), cpu_key, e));
+    assert!(record_alloc(chain(&[&frame]), cpu_key, e));
     let closed = close(&frame, None, &Escapes);
     assert_eq!(closed.escaped.len(), 1);
     let origin = record_free(cpu_key).expect("the shim gets its deleter back");
@@ -146,5 +146,36 @@ fn an_escaped_cpu_block_keeps_its_original_deleter() {
 fn a_closed_frame_takes_no_allocation() {
     let frame = Frame::open();
     close(&frame, None, &KeepAll);
-    assert!(!record_alloc(&chain(&[&frame]), key(5, 0), entry(8)));
+    assert!(!record_alloc(chain(&[&frame]), key(5, 0), entry(8)));
+}
+
+/// Frames reuse the key sets of frames closed before them on the thread: a reused set starts
+/// empty, so the next frame judges its own blocks only.
+#[test]
+fn a_reused_key_set_starts_empty() {
+    for round in 0..3 {
+        let frame = Frame::open();
+        let c = chain(&[&frame]);
+        for n in 0..20 {
+            assert!(record_alloc(c.clone(), key(6, round * 100 + n), entry(8)));
+        }
+        for n in 1..20 {
+            record_free(key(6, round * 100 + n));
+        }
+        let closed = close(&frame, None, &Escapes);
+        let escaped: Vec<Key> = closed.escaped.iter().map(|(k, _)| *k).collect();
+        assert_eq!(escaped, [key(6, round * 100)], "round {round}");
+    }
+}
+
+/// A set given back (a frame's, or the storages an exit collected) comes back empty: a frame
+/// judges only what it was charged with.
+#[test]
+fn a_spare_key_set_is_taken_empty() {
+    let mut set = FxHashSet::default();
+    set.insert(key(7, 0));
+    spare_keys::give(set);
+    let taken = spare_keys::take();
+    assert!(taken.is_empty());
+    assert!(taken.capacity() > 0, "the set was reused");
 }
