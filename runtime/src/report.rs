@@ -273,7 +273,81 @@ pub fn last_report() -> Option<ScopeReport> {
 }
 
 pub(crate) fn set_last(report: &ScopeReport) {
-    LAST.with(|l| *l.borrow_mut() = Some(report.clone()));
+    LAST.with(|l| match &mut *l.borrow_mut() {
+        Some(last) => overwrite(last, report),
+        empty => *empty = Some(report.clone()),
+    });
+}
+
+/// `*last = report.clone()` reusing `last`'s buffers: no allocation at a clean exit. Every
+/// field is named, so that a new one cannot be forgotten.
+fn overwrite(last: &mut ScopeReport, report: &ScopeReport) {
+    let ScopeReport {
+        name,
+        location,
+        devices,
+        allocations,
+        allocated,
+        requested,
+        freed,
+        peak,
+        kept,
+        escaped_bytes,
+        escaped_requested,
+        escaped,
+        held,
+        opaque_kept,
+        untracked,
+        cache_released,
+        released,
+        max_peak,
+        checked,
+        attributed,
+        started,
+        elapsed,
+    } = last;
+    name.clone_from(&report.name);
+    devices.clone_from(&report.devices);
+    escaped.clone_from(&report.escaped);
+    held.clone_from(&report.held);
+    opaque_kept.clone_from(&report.opaque_kept);
+    untracked.clone_from(&report.untracked);
+    (
+        *location,
+        *allocations,
+        *allocated,
+        *requested,
+        *freed,
+        *peak,
+        *kept,
+    ) = (
+        report.location,
+        report.allocations,
+        report.allocated,
+        report.requested,
+        report.freed,
+        report.peak,
+        report.kept,
+    );
+    (
+        *escaped_bytes,
+        *escaped_requested,
+        *cache_released,
+        *released,
+        *max_peak,
+    ) = (
+        report.escaped_bytes,
+        report.escaped_requested,
+        report.cache_released,
+        report.released,
+        report.max_peak,
+    );
+    (*checked, *attributed, *started, *elapsed) = (
+        report.checked,
+        report.attributed,
+        report.started,
+        report.elapsed,
+    );
 }
 
 fn human_duration(d: Duration) -> String {
@@ -448,5 +522,57 @@ impl ScopeReport {
             )?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(name: &'static str, escapes: usize) -> ScopeReport {
+        let escape = Escape {
+            bytes: 64,
+            requested: Some(60),
+            device: DeviceId::CPU,
+            address: 0x1000,
+            operator: Some("aten::ones"),
+            shape: Some(vec![4, 4]),
+            dtype: Some("Float"),
+            backtrace: None,
+        };
+        ScopeReport {
+            name: Cow::Owned(name.to_owned()),
+            location: Location::caller(),
+            devices: vec![DeviceReport::default(); escapes + 1],
+            allocations: escapes as u64,
+            allocated: 64 * escapes as u64,
+            requested: 60,
+            freed: 1,
+            peak: 2,
+            kept: 3,
+            escaped_bytes: 64 * escapes as u64,
+            escaped_requested: 60 * escapes as u64,
+            escaped: vec![escape; escapes],
+            held: vec![],
+            opaque_kept: vec!["Opaque"; escapes],
+            untracked: vec![],
+            cache_released: 5,
+            released: escapes > 0,
+            max_peak: (escapes > 0).then_some(7),
+            checked: escapes > 0,
+            attributed: escapes == 0,
+            started: Duration::from_micros(escapes as u64),
+            elapsed: Duration::from_micros(9),
+        }
+    }
+
+    /// The thread's last report is overwritten in place: nothing of the one before stays.
+    #[test]
+    fn the_last_report_is_the_last_one_only() {
+        for (name, escapes) in [("first", 3), ("second", 0), ("third", 1), ("fourth", 2)] {
+            let r = report(name, escapes);
+            set_last(&r);
+            assert_eq!(format!("{:?}", last_report().unwrap()), format!("{r:?}"));
+        }
     }
 }
