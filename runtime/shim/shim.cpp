@@ -66,6 +66,10 @@ thread_local uint64_t allocs_at_op_start = 0;
 // caching allocator reports the same block right after, with its block size.
 thread_local uintptr_t pending_ptr = 0;
 thread_local size_t pending_requested = 0;
+// The debug-info node that holds the thread's reporter over an otherwise empty debug-info
+// stack: later outermost scopes reinstall it as it is (what a push would build again) instead
+// of allocating a node per scope.
+thread_local std::shared_ptr<c10::ThreadLocalDebugInfo> reporter_node;
 // gs_probe_reports is allocating: reports go to it, not to Rust.
 thread_local bool probing = false;
 thread_local bool probe_seen = false;
@@ -363,7 +367,14 @@ int gs_thread_enter(const void* owner, int* stepped_aside) noexcept {
     *stepped_aside = 0;
     c10::DebugInfoBase* top = slot();
     if (top == nullptr) {
-      c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE, reporter);
+      using Info = c10::ThreadLocalDebugInfo;
+      bool bare = Info::current() == nullptr;
+      if (bare && reporter_node != nullptr) {
+        Info::_forceCurrentDebugInfo(reporter_node);
+      } else {
+        Info::_push(c10::DebugInfoKind::PROFILER_STATE, reporter);
+        if (bare) reporter_node = Info::current();
+      }
     } else if (top != reporter.get()) {
       // A profiler (or another reporter) holds the slot: never push over it.
       *stepped_aside = 1;
@@ -399,7 +410,12 @@ int gs_thread_leave(void) noexcept {
     // Pop only our own reporter: a profiler started inside the scope may sit on top of it,
     // and then it stays below until a later scope finds it on top.
     if (as_reporter(slot()) != nullptr) {
-      c10::ThreadLocalDebugInfo::_pop(c10::DebugInfoKind::PROFILER_STATE);
+      using Info = c10::ThreadLocalDebugInfo;
+      if (reporter_node != nullptr && Info::current() == reporter_node) {
+        Info::_forceCurrentDebugInfo(nullptr);
+      } else {
+        Info::_pop(c10::DebugInfoKind::PROFILER_STATE);
+      }
     }
     thread_owner = nullptr;
     try_attach_tracker();
