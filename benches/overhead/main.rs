@@ -54,6 +54,10 @@ fn main() {
         rows::child(&args[i + 1]);
         return;
     }
+    if let Some(i) = args.iter().position(|a| a == "--repeat") {
+        rows::repeat(&args[i + 1], args[i + 2].parse().expect("--repeat WHAT N"));
+        return;
+    }
     let only = args
         .iter()
         .position(|a| a == "--only")

@@ -269,6 +269,41 @@ pub fn child(mode: &str) {
     println!("{}", median_ns(15, 300, || drop(model.forward(&x))));
 }
 
+/// `n` repetitions of one workload and nothing else, for instruction counts under callgrind
+/// (`--repeat WHAT N`, BENCHMARKS.md): the 3x256 MLP pass `unscoped` or `scoped`, or an
+/// `empty` scope, outermost or `nested` in an open one.
+pub fn repeat(what: &str, n: usize) {
+    tch::set_num_threads(1);
+    tch::manual_seed(0);
+    let _no_grad = tch::no_grad_guard();
+    let vs = nn::VarStore::new(Device::Cpu);
+    let model = mlp_of(&vs.root(), 256);
+    let x = Tensor::randn([1, 256], (Kind::Float, Device::Cpu));
+    let empty = || drop(Scope::enter(opts("empty")).unwrap().exit(&()).unwrap());
+    let mut f: Box<dyn FnMut()> = match what {
+        "unscoped" => Box::new(|| drop(model.forward(&x))),
+        "scoped" => Box::new(|| drop(scoped(|| model.forward(&x)))),
+        "empty" | "nested" => Box::new(empty),
+        _ => panic!("--repeat takes unscoped, scoped, empty or nested, not {what}"),
+    };
+    let outer = (what == "nested").then(|| Scope::enter(opts("outer")).unwrap());
+    for _ in 0..50 {
+        f();
+    }
+    run(n, &mut f);
+    if let Some(outer) = outer {
+        outer.exit(&()).unwrap();
+    }
+}
+
+/// What callgrind counts (`--toggle-collect=overhead::rows::run`).
+#[inline(never)]
+fn run(n: usize, f: &mut dyn FnMut()) {
+    for _ in 0..n {
+        f();
+    }
+}
+
 fn outside() -> Vec<Row> {
     let exe = std::env::current_exe().expect("own path");
     let run = |mode: &str| -> f64 {
