@@ -149,25 +149,6 @@ fn a_closed_frame_takes_no_allocation() {
     assert!(!record_alloc(chain(&[&frame]), key(5, 0), entry(8)));
 }
 
-/// Frames reuse the key sets of frames closed before them on the thread: a reused set starts
-/// empty, so the next frame judges its own blocks only.
-#[test]
-fn a_reused_key_set_starts_empty() {
-    for round in 0..3 {
-        let frame = Frame::open();
-        let c = chain(&[&frame]);
-        for n in 0..20 {
-            assert!(record_alloc(c.clone(), key(6, round * 100 + n), entry(8)));
-        }
-        for n in 1..20 {
-            record_free(key(6, round * 100 + n));
-        }
-        let closed = close(&frame, None, &Escapes);
-        let escaped: Vec<Key> = closed.escaped.iter().map(|(k, _)| *k).collect();
-        assert_eq!(escaped, [key(6, round * 100)], "round {round}");
-    }
-}
-
 /// A set given back (a frame's, or the storages an exit collected) comes back empty: a frame
 /// judges only what it was charged with.
 #[test]
