@@ -279,75 +279,25 @@ pub(crate) fn set_last(report: &ScopeReport) {
     });
 }
 
-/// `*last = report.clone()` reusing `last`'s buffers: no allocation at a clean exit. Every
-/// field is named, so that a new one cannot be forgotten.
+/// `*last = report.clone()` reusing `last`'s buffers: no allocation at a clean exit. The
+/// fields not named are copied (`..*report` takes `Copy` fields only, so a new field that owns
+/// memory cannot be forgotten here: it does not compile until it is named).
 fn overwrite(last: &mut ScopeReport, report: &ScopeReport) {
-    let ScopeReport {
-        name,
-        location,
-        devices,
-        allocations,
-        allocated,
-        requested,
-        freed,
-        peak,
-        kept,
-        escaped_bytes,
-        escaped_requested,
-        escaped,
-        held,
-        opaque_kept,
-        untracked,
-        cache_released,
-        released,
-        max_peak,
-        checked,
-        attributed,
-        started,
-        elapsed,
-    } = last;
-    name.clone_from(&report.name);
-    devices.clone_from(&report.devices);
-    escaped.clone_from(&report.escaped);
-    held.clone_from(&report.held);
-    opaque_kept.clone_from(&report.opaque_kept);
-    untracked.clone_from(&report.untracked);
-    (
-        *location,
-        *allocations,
-        *allocated,
-        *requested,
-        *freed,
-        *peak,
-        *kept,
-    ) = (
-        report.location,
-        report.allocations,
-        report.allocated,
-        report.requested,
-        report.freed,
-        report.peak,
-        report.kept,
-    );
-    (
-        *escaped_bytes,
-        *escaped_requested,
-        *cache_released,
-        *released,
-        *max_peak,
-    ) = (
-        report.escaped_bytes,
-        report.escaped_requested,
-        report.cache_released,
-        report.released,
-        report.max_peak,
-    );
-    (*checked, *attributed, *started, *elapsed) = (
-        report.checked,
-        report.attributed,
-        report.started,
-        report.elapsed,
-    );
+    fn reuse<T: Clone>(old: &mut Vec<T>, new: &[T]) -> Vec<T> {
+        let mut buffer = std::mem::take(old);
+        buffer.clear();
+        buffer.extend_from_slice(new);
+        buffer
+    }
+    *last = ScopeReport {
+        name: report.name.clone(),
+        devices: reuse(&mut last.devices, &report.devices),
+        escaped: reuse(&mut last.escaped, &report.escaped),
+        held: reuse(&mut last.held, &report.held),
+        opaque_kept: reuse(&mut last.opaque_kept, &report.opaque_kept),
+        untracked: reuse(&mut last.untracked, &report.untracked),
+        ..*report
+    };
 }
 
 fn human_duration(d: Duration) -> String {
