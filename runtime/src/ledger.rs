@@ -258,13 +258,13 @@ pub(crate) mod spare_keys {
         static SPARE: RefCell<Vec<FxHashSet<Key>>> = const { RefCell::new(Vec::new()) };
     }
 
-    /// A spare set, or a new one.
-    pub(crate) fn take() -> FxHashSet<Key> {
-        SPARE
-            .try_with(|s| s.borrow_mut().pop())
-            .ok()
-            .flatten()
-            .unwrap_or_default()
+    /// Gives `set` a spare set's buffer if it has none yet (about to be filled).
+    pub(crate) fn refill(set: &mut FxHashSet<Key>) {
+        if set.capacity() == 0 {
+            if let Ok(Some(spare)) = SPARE.try_with(|s| s.borrow_mut().pop()) {
+                *set = spare;
+            }
+        }
     }
 
     /// Keeps `set` (emptied) for a later frame or exit on this thread.
@@ -338,9 +338,7 @@ pub(crate) fn record_alloc(chain: Chain, key: Key, mut entry: Entry) -> bool {
         if !state.open {
             return false;
         }
-        if state.keys.capacity() == 0 {
-            state.keys = spare_keys::take();
-        }
+        spare_keys::refill(&mut state.keys);
         state.keys.insert(key);
         state.saw_backward |= entry.made.backward;
         state.stats.both(key.1, |c| c.alloc(bytes, requested));

@@ -80,11 +80,9 @@ impl StorageSet {
         } else {
             &more[..n.min(more.len())]
         };
-        if self.keys.capacity() == 0 {
-            // One that a closed frame or an earlier exit gave back: collecting what a scope
-            // hands back allocates nothing in the steady state.
-            self.keys = crate::ledger::spare_keys::take();
-        }
+        // A set a closed frame or an earlier exit gave back: collecting what a scope hands
+        // back allocates nothing in the steady state.
+        crate::ledger::spare_keys::refill(&mut self.keys);
         for s in storages {
             self.keys
                 .insert((s.ptr as usize, DeviceId::from_raw(s.dev_type, s.dev_index)));
