@@ -56,6 +56,12 @@ if [ -z "$torch_dir" ]; then
   if [ "$tch" = "$default" ] && ! compgen -G ".venv/lib/python3*/site-packages/torch" >/dev/null; then
     venv=.venv
   fi
+  free_kb=$(df -Pk . | awk 'NR == 2 { print $4 }')
+  if [ -n "$free_kb" ] && [ "$free_kb" -lt 6000000 ]; then
+    echo "setup: torch==$version needs about 6 GB of free disk to install; $PWD has" \
+      "$((free_kb / 1048576)) GB free. Free some space and run setup.sh again." >&2
+    exit 1
+  fi
   echo "setup: installing torch==$version from PyPI into $venv (about 5 GB, a few minutes)"
   [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "torch==$version" "$crt"
