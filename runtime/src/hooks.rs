@@ -5,7 +5,7 @@
 //! of -1, which the shim treats as "not tracked". Everything else happens in `ledger.rs`.
 use crate::device::DeviceId;
 use crate::ffi::{self, Deleter};
-use crate::ledger::{self, CpuOrigin, Entry, Made};
+use crate::ledger::{self, About, CpuOrigin, Entry, Made};
 use crate::thread::Owner;
 use rustc_hash::FxHashMap;
 use std::cell::RefCell;
@@ -63,6 +63,19 @@ fn intern(name: *const c_char) -> Option<&'static str> {
     })
 }
 
+/// What attribution records of a new allocation: its operator, and its backtrace when they
+/// are on; nothing (no heap allocation) when neither is.
+fn about(op: Option<&'static str>) -> Option<Box<About>> {
+    let backtrace = crate::config::backtraces().then(backtrace::Backtrace::new_unresolved);
+    (op.is_some() || backtrace.is_some()).then(|| {
+        Box::new(About {
+            op,
+            tensor: None,
+            backtrace,
+        })
+    })
+}
+
 /// An allocation on a thread (or on a libtorch worker thread acting for one) whose owner has a
 /// scope open. `*tracked` says whether a CPU block is now tracked, in which case the shim
 /// replaces its deleter and `orig_ctx` / `orig_deleter` are how to free it.
@@ -107,10 +120,7 @@ pub unsafe extern "C" fn gs_rust_on_alloc(
                 grad_off: flags & ffi::MADE_GRAD_OFF != 0,
                 backward: flags & ffi::MADE_IN_BACKWARD != 0,
             },
-            op: intern(op),
-            tensor: None,
-            backtrace: crate::config::backtraces()
-                .then(|| Box::new(backtrace::Backtrace::new_unresolved())),
+            about: about(intern(op)),
             cpu: device.is_cpu().then_some(CpuOrigin {
                 ctx: orig_ctx as usize,
                 deleter: orig_deleter,

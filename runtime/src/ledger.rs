@@ -17,6 +17,7 @@ use crate::report::HeldBy as Held;
 use rustc_hash::{FxHashMap, FxHashSet};
 use smallvec::SmallVec;
 use std::cell::Cell;
+use std::collections::hash_map;
 use std::sync::atomic::{AtomicIsize, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
@@ -57,12 +58,19 @@ pub(crate) struct Entry {
     /// What the tensor asked for, when the allocator said (0: unknown).
     pub requested: u64,
     pub made: Made,
-    pub op: Option<&'static str>,
-    /// Shape and dtype of the tensor made in it; inline up to 4 dims, so that tracking
-    /// makes no heap allocation of its own per block.
-    pub tensor: Option<(SmallVec<[i64; 4]>, &'static str)>,
-    pub backtrace: Option<Box<backtrace::Backtrace>>,
+    /// What attribution learned; `None` when it is off (boxed, so that the entry stays small
+    /// and moves cheaply in and out of the ledger's maps).
+    pub about: Option<Box<About>>,
     pub cpu: Option<CpuOrigin>,
+}
+
+/// Where an allocation came from, when attribution or backtraces are on.
+#[derive(Debug, Default)]
+pub(crate) struct About {
+    pub op: Option<&'static str>,
+    /// Shape and dtype of the tensor made in it (inline up to 4 dims).
+    pub tensor: Option<(SmallVec<[i64; 4]>, &'static str)>,
+    pub backtrace: Option<backtrace::Backtrace>,
 }
 
 impl Entry {
@@ -425,41 +433,43 @@ pub(crate) fn record_free(key: Key) -> Option<CpuOrigin> {
 /// Attaches what an operator returned (shape, dtype) to the entry at `key`, if it has none.
 pub(crate) fn note_tensor(key: Key, shape: &[i64], dtype: &'static str) {
     if let Some(entry) = shard(key).get_mut(&key) {
-        if entry.tensor.is_none() {
-            entry.tensor = Some((SmallVec::from_slice(shape), dtype));
+        let about = entry.about.get_or_insert_with(Box::default);
+        if about.tensor.is_none() {
+            about.tensor = Some((SmallVec::from_slice(shape), dtype));
         }
     }
 }
 
-/// Takes the entry at `key` out of tracking and returns what it knew. A CPU block whose deleter
+/// An occupied place in a shard of the ledger.
+type Slot<'a> = hash_map::OccupiedEntry<'a, Key, Entry>;
+
+/// Takes the entry in `slot` out of tracking and returns what it knew. A CPU block whose deleter
 /// the shim replaced stays, bare, in the map: the shim needs it to free the block the way
 /// libtorch would.
-fn untrack_entry(map: &mut FxHashMap<Key, Entry>, key: Key) -> Option<Entry> {
-    let entry = map.get_mut(&key)?;
-    if entry.cpu.is_none() {
-        let entry = map.remove(&key)?;
-        counted(key, -1);
-        return Some(entry);
+fn untrack_entry(mut slot: Slot<'_>) -> Entry {
+    if slot.get().cpu.is_none() {
+        counted(*slot.key(), -1);
+        return slot.remove();
     }
-    Some(Entry {
+    let entry = slot.get_mut();
+    Entry {
         owner: entry.owner,
         chain: entry.chain.take(),
         kept_past: entry.kept_past.take(),
         bytes: entry.bytes,
         requested: entry.requested,
         made: entry.made,
-        op: entry.op.take(),
-        tensor: entry.tensor.take(),
-        backtrace: entry.backtrace.take(),
+        about: entry.about.take(),
         cpu: None,
-    })
+    }
 }
 
 /// Drops storages from every scope's tracking for good (`keep_forever`).
 pub(crate) fn untrack(keys: impl IntoIterator<Item = Key>) {
     for key in keys {
-        let Some(entry) = untrack_entry(&mut shard(key), key) else {
-            continue;
+        let entry = match shard(key).entry(key) {
+            hash_map::Entry::Occupied(slot) => untrack_entry(slot),
+            hash_map::Entry::Vacant(_) => continue,
         };
         release(key, entry, false);
     }
@@ -549,9 +559,10 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
     for key in keys.drain() {
         let mut map = shard(key);
         // Freed on another thread after the frame was locked: nothing to judge.
-        let Some(entry) = map.get_mut(&key) else {
+        let hash_map::Entry::Occupied(mut slot) = map.entry(key) else {
             continue;
         };
+        let entry = slot.get_mut();
         let bytes = entry.bytes;
         let fate = judge.fate(key, entry, entry.kept_past == Some(frame.id));
         match fate {
@@ -566,12 +577,11 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
             }
             (true, Some(_)) => charged_later.push(key),
             _ => {
-                if let Some(entry) = untrack_entry(&mut map, key) {
-                    drop(map);
-                    discharge(key, &entry, false, Some(frame));
-                    if fate == Fate::Escaped {
-                        closed.escaped.push((key, entry));
-                    }
+                let entry = untrack_entry(slot);
+                drop(map);
+                discharge(key, &entry, false, Some(frame));
+                if fate == Fate::Escaped {
+                    closed.escaped.push((key, entry));
                 }
             }
         }

@@ -207,15 +207,18 @@ impl OpenScope {
         let mut escaped: Vec<Escape> = closed
             .escaped
             .into_iter()
-            .map(|((address, device), e)| Escape {
-                bytes: e.bytes,
-                requested: (e.requested > 0).then_some(e.requested),
-                device,
-                address,
-                operator: e.op,
-                shape: e.tensor.as_ref().map(|(s, _)| s.to_vec()),
-                dtype: e.tensor.as_ref().map(|(_, d)| *d),
-                backtrace: e.backtrace.map(|b| crate::trace::format(*b)),
+            .map(|((address, device), e)| {
+                let about = e.about.map(|a| *a).unwrap_or_default();
+                Escape {
+                    bytes: e.bytes,
+                    requested: (e.requested > 0).then_some(e.requested),
+                    device,
+                    address,
+                    operator: about.op,
+                    shape: about.tensor.as_ref().map(|(s, _)| s.to_vec()),
+                    dtype: about.tensor.as_ref().map(|(_, d)| *d),
+                    backtrace: about.backtrace.map(crate::trace::format),
+                }
             })
             .collect();
         escaped.sort_unstable_by_key(|e| (std::cmp::Reverse(e.bytes), e.address));

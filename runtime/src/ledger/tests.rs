@@ -11,9 +11,7 @@ fn entry(bytes: u64) -> Entry {
         bytes,
         requested: 0,
         made: Made::default(),
-        op: None,
-        tensor: None,
-        backtrace: None,
+        about: None,
         cpu: None,
     }
 }
