@@ -121,10 +121,12 @@ fn threads_time(n: usize, iters: u32, scoped_pass: bool, width: i64) -> f64 {
 /// oversubscribed and only reported).
 fn threads() -> Vec<Row> {
     let mut rows = vec![];
-    for (width, what, iters) in [(256, "MLP 3x256", 200), (0, "one-operator scope", 5000)] {
+    // Each timing runs about 50 ms per thread, ten scheduler slices and more: a slice lost by
+    // one variant moves a round's ratio by a few percent, not by several times.
+    for (width, what, iters) in [(256, "MLP 3x256", 2000), (0, "one-operator scope", 70_000)] {
         let mut at_one = 0.0;
         for n in [1, 2, 4] {
-            let pairs: Vec<(f64, f64)> = (0..15)
+            let pairs: Vec<(f64, f64)> = (0..21)
                 .map(|round| {
                     let (a, b) = (
                         || threads_time(n, iters, false, width),
