@@ -10,9 +10,9 @@
 //! receives an entry it was not charged for (an async scope closing under a different
 //! enclosing scope than it was polled in) is charged then, and joins the entry's chain.
 //!
-//! Entries live in a sharded map keyed by address and device, sharded by address region, so
-//! that threads do not contend: an allocation takes one shard's lock and the locks of its
-//! chain's frames.
+//! Entries live in a map keyed by address and device, sharded (CPU blocks by address region,
+//! accelerator blocks by address) so that threads do not contend: an allocation takes one
+//! shard's lock and the locks of its chain's frames.
 use crate::device::DeviceId;
 use crate::report::HeldBy as Held;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -296,10 +296,13 @@ pub(crate) mod spare_keys {
 static CPU_LIVE: AtomicU64 = AtomicU64::new(0);
 static CPU_PEAK: AtomicU64 = AtomicU64::new(0);
 
-/// The shard of the 64 KiB region that holds the block: a thread's blocks mostly come from its
-/// own allocator arena, so two threads seldom share a shard and the cache lines behind it.
+/// A CPU block's shard is that of the 64 KiB region that holds it: a thread's CPU blocks mostly
+/// come from its own allocator arena, so two threads seldom share a shard and the cache lines
+/// behind it. An accelerator's caching allocator serves every thread from the same segments, so
+/// its blocks are spread by address.
 fn shard(key: Key) -> MutexGuard<'static, FxHashMap<Key, Entry>> {
-    let mixed = ((key.0 >> 16) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let unit = if key.1.is_cpu() { 16 } else { 6 };
+    let mixed = ((key.0 >> unit) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     let shard = &REGISTRY[(mixed >> 58) as usize % SHARDS];
     shard.0.lock().unwrap_or_else(|e| e.into_inner())
 }
