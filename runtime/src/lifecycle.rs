@@ -104,11 +104,13 @@ impl OpenScope {
 
     /// Ends the scope and builds its report; `check` judges what is still alive against
     /// `kept`, else everything alive is handed to the enclosing scope unchecked.
+    #[inline]
     pub(crate) fn close(mut self, kept: StorageSet, check: bool) -> ScopeReport {
         self.end(kept, check)
     }
 
     /// Closes with a check, then applies the escape policy.
+    #[inline]
     pub(crate) fn finish(self, kept: StorageSet) -> Result<ScopeReport, Error> {
         let policy = self.opts.policy();
         if !self.frame.is_open() {
@@ -143,15 +145,15 @@ impl OpenScope {
             }
         }
         let checked = check && self.frame.is_open();
-        let (closed, untracked) = if checked {
+        let mut untracked = Vec::new();
+        let mut closed = if checked {
             let check = Check::prepare(&self.frame, &kept);
             let mut closed = ledger::close(&self.frame, enclosing.as_ref(), &check);
             closed.held.extend(check.autocast_freed());
-            let untracked = self.untracked(&closed);
-            (closed, untracked)
+            untracked = self.untracked(&closed);
+            closed
         } else {
-            let closed = ledger::close(&self.frame, enclosing.as_ref(), &KeepAll);
-            (closed, vec![])
+            ledger::close(&self.frame, enclosing.as_ref(), &KeepAll)
         };
         self.suspend();
         let released = if checked {
@@ -166,7 +168,7 @@ impl OpenScope {
         } else {
             Released::default()
         };
-        let report = self.report(closed, &kept, untracked, released, checked);
+        let report = self.report(&mut closed, &kept, untracked, released, checked);
         if !report.escaped.is_empty() && !self.attributed && attribution() == Attribution::OnLeak {
             sites::leaked(self.opts.location);
         }
@@ -198,14 +200,13 @@ impl OpenScope {
 
     fn report(
         &mut self,
-        closed: Closed,
+        closed: &mut Closed,
         kept: &StorageSet,
         untracked: Vec<Untracked>,
         released: Released,
         checked: bool,
     ) -> ScopeReport {
-        let mut escaped: Vec<Escape> = closed
-            .escaped
+        let mut escaped: Vec<Escape> = std::mem::take(&mut closed.escaped)
             .into_iter()
             .map(|((address, device), e)| {
                 let about = e.about.map(|a| *a).unwrap_or_default();

@@ -8,11 +8,18 @@ use std::sync::{LazyLock, Mutex};
 
 /// Applies `policy` to a checked report: `Ok` when clean, or when the policy is to panic (a
 /// panic then, unless one is already unwinding), warn or ignore; `Err` under `error`.
+#[inline]
 pub(crate) fn act(policy: EscapePolicy, report: ScopeReport) -> Result<ScopeReport, Error> {
     tracing::debug!(target: "gpu_scope", report = %report.to_json(), "scope `{}` exited", report.name);
     if !report.failed() {
         return Ok(report);
     }
+    failed(policy, report)
+}
+
+/// [`act`] on a failed report.
+#[cold]
+fn failed(policy: EscapePolicy, report: ScopeReport) -> Result<ScopeReport, Error> {
     let error = if report.escaped.is_empty() {
         Error::OverBudget(Box::new(report))
     } else {

@@ -39,6 +39,7 @@ impl Scope {
     }
 
     /// Like [`Scope::exit`], with the kept storages already collected.
+    #[inline]
     pub fn exit_with(self, kept: StorageSet) -> Result<ScopeReport, Error> {
         self.open.finish(kept)
     }
