@@ -118,3 +118,44 @@ fn autograd_off_names_keep_grad() {
     assert!(stderr.contains("does not require grad"), "{stderr}");
     assert!(stderr.contains("keep_grad"), "{stderr}");
 }
+
+/// A kept tensor with an autograd graph made before the scope (an argument from training
+/// code): the scope runs with autograd off and makes no graph, so nothing it allocated can be
+/// held by one, and a leak is an escape, not `autograd graph`.
+#[test]
+fn a_graph_made_outside_hides_no_leak() {
+    let w = Tensor::randn([8], (Kind::Float, device())).set_requires_grad(true);
+    let h = &w * 2.0;
+    let r = escaped(
+        scope(strict("graph-outside"), || {
+            let y = &h + 1.0;
+            LEAKED
+                .lock()
+                .unwrap()
+                .push(Tensor::zeros([32], (Kind::Float, device())));
+            drop(y);
+            &h
+        })
+        .map(|(_, r)| r),
+    );
+    assert_eq!(r.escaped.len(), 1, "{r}");
+    assert_eq!(r.escaped_bytes, block(128), "{r}");
+    assert_eq!(r.held_by(HeldBy::AutogradGraph), 0, "{r}");
+    LEAKED.lock().unwrap().clear();
+}
+
+/// A scope that builds a graph and hands back a tensor that has it: what the graph saved (and
+/// nothing else keeps) is held by it, not escaped (README, Limits).
+#[test]
+fn a_graph_made_inside_holds_what_it_saved() {
+    let w = Tensor::randn([8, 8], (Kind::Float, device())).set_requires_grad(true);
+    let x = Tensor::randn([4, 8], (Kind::Float, device()));
+    let (out, r) = scope(strict("graph-inside").keep_grad_mode(true), || {
+        // tanh saves its output for backward; sum's output is handed back.
+        x.matmul(&w).tanh().sum(Kind::Float)
+    })
+    .unwrap();
+    assert!(r.is_clean(), "{r}");
+    assert!(r.held_by(HeldBy::AutogradGraph) >= block(4 * 8 * 4), "{r}");
+    drop(out);
+}

@@ -7,6 +7,7 @@
 #include "backend.h"
 
 #include <ATen/DeviceAccelerator.h>
+#include <ATen/SequenceNumber.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
@@ -428,6 +429,8 @@ int gs_set_grad_enabled(int enabled, int* previous) noexcept {
     c10::GradMode::set_enabled(enabled != 0);
   });
 }
+
+uint64_t gs_graph_nodes(void) noexcept { return at::sequence_number::peek(); }
 
 int gs_tensor_storages(const void* tensor, gs_storage* out, size_t cap, size_t* n,
                        int* flags) noexcept {

@@ -61,6 +61,9 @@ int gs_attach_tracker(int* attached) GS_NOEXCEPT;
 // The thread's last scope closes: removes what gs_thread_enter installed.
 int gs_thread_leave(void) GS_NOEXCEPT;
 int gs_set_grad_enabled(int enabled, int* previous) GS_NOEXCEPT;
+// How many autograd graph nodes this thread has made: unchanged over a span of code, it made
+// no graph that could hold tensors.
+uint64_t gs_graph_nodes(void) GS_NOEXCEPT;
 // The storages a tensor owns, whatever its layout (dense, sparse, MKLDNN), and its gradient's;
 // at most `cap` in `out`, their number in *n.
 int gs_tensor_storages(const void* tensor, gs_storage* out, size_t cap, size_t* n,

@@ -17,6 +17,9 @@ pub(crate) struct Check<'a> {
     gradients: FxHashSet<(DeviceId, u64)>,
     /// autocast's cached casts that clearing its cache freed.
     autocast: Vec<(HeldBy, DeviceId, u64)>,
+    /// Autograd graph nodes were made while the scope ran: a kept tensor's graph may hold
+    /// some of its allocations. Otherwise no graph can hold them.
+    graph: bool,
 }
 
 impl<'a> Check<'a> {
@@ -29,6 +32,7 @@ impl<'a> Check<'a> {
             workspaces: FxHashMap::default(),
             gradients: FxHashSet::default(),
             autocast: Vec::new(),
+            graph: frame.made_graph(),
         };
         let mut candidates: Vec<(Key, u64)> = Vec::new();
         for key in ledger::entries_to_inspect(frame) {
@@ -74,7 +78,7 @@ impl Judge for Check<'_> {
             Fate::HeldOutside(HeldBy::Gradient)
         } else if entry.made.grad_off && self.gradients.contains(&(key.1, entry.bytes)) {
             Fate::HeldOutside(HeldBy::OptimizerState)
-        } else if self.kept.autograd_graph {
+        } else if self.kept.autograd_graph && self.graph {
             Fate::HeldOutside(HeldBy::AutogradGraph)
         } else if self.kept.blind() {
             Fate::HeldOutside(HeldBy::Uninspected)

@@ -35,6 +35,7 @@ extern "C" {
     fn gs_thread_leave() -> c_int;
     fn gs_attach_tracker(attached: *mut c_int) -> c_int;
     pub(crate) fn gs_set_grad_enabled(enabled: c_int, previous: *mut c_int) -> c_int;
+    fn gs_graph_nodes() -> u64;
     pub(crate) fn gs_tensor_storages(
         tensor: *const c_void,
         out: *mut Storage,
@@ -142,6 +143,12 @@ pub(crate) fn ops_begin() -> Option<u64> {
     check(unsafe { gs_ops_begin(&mut callback) })
         .ok()
         .map(|()| callback)
+}
+
+/// How many autograd graph nodes this thread has made so far.
+pub(crate) fn graph_nodes() -> u64 {
+    // SAFETY: no arguments; reads a thread-local counter.
+    unsafe { gs_graph_nodes() }
 }
 
 /// Removes what `ops_begin` installed.

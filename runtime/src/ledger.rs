@@ -19,7 +19,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use smallvec::SmallVec;
 use std::cell::Cell;
 use std::collections::hash_map;
-use std::sync::atomic::{AtomicIsize, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
 /// An allocation's identity: its base address and device.
@@ -155,6 +155,9 @@ impl Stats {
 pub(crate) struct Frame {
     id: u64,
     state: Mutex<FrameState>,
+    /// Autograd graph nodes were made while the frame was on some thread's stack: a graph that
+    /// could hold its allocations exists.
+    graph: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -187,6 +190,7 @@ impl Frame {
                 open: true,
                 ..Default::default()
             }),
+            graph: AtomicBool::new(false),
         })
     }
 
@@ -197,6 +201,17 @@ impl Frame {
 
     pub(crate) fn is_open(&self) -> bool {
         self.lock().open
+    }
+
+    /// Records that autograd graph nodes were made while the frame was on a thread's stack.
+    pub(crate) fn note_graph(&self) {
+        self.graph.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether autograd graph nodes were made while the frame (or one closed into it) was on
+    /// a thread's stack.
+    pub(crate) fn made_graph(&self) -> bool {
+        self.graph.load(Ordering::Relaxed)
     }
 
     /// Lets the storages among `keys` that this frame owns outlive it (`keep`). The mark is
@@ -594,6 +609,9 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
     }
     spare_keys::give(keys);
     if let Some(chain) = enclosing {
+        if frame.made_graph() {
+            chain[0].note_graph();
+        }
         chain[0].lock().keys.extend(moved);
         for key in charged_later {
             if let Some(entry) = shard(key).get_mut(&key) {

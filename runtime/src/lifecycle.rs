@@ -128,7 +128,10 @@ impl OpenScope {
             grad::restore(previous);
         }
         let (above, enclosing) = match &self.placed {
-            Some(p) => thread::around(p.token),
+            Some(p) => {
+                thread::settle_graphs(p.token);
+                thread::around(p.token)
+            }
             None => (vec![], thread::chain()),
         };
         // Scopes opened inside this one and still open end first, unchecked, into it.

@@ -56,6 +56,16 @@ struct Level {
     /// The frames from this level down, innermost first: what the thread is charged to while
     /// this level is on top (kept here, so that popping back to it allocates nothing).
     chain: Chain,
+    /// The thread's count of autograd graph nodes when the level was pushed.
+    nodes: u64,
+}
+
+/// Tells the frames of `levels` whether autograd graph nodes were made since they were pushed.
+fn note_graphs(levels: &[Level]) {
+    let now = ffi::graph_nodes();
+    for level in levels.iter().filter(|l| l.nodes != now) {
+        level.frame.note_graph();
+    }
 }
 
 struct ThreadState {
@@ -111,6 +121,7 @@ pub(crate) fn push(frame: Arc<Frame>, owned: bool, operators: bool) -> Result<To
             frame,
             owned,
             chain,
+            nodes: ffi::graph_nodes(),
         });
         Ok(token)
     })
@@ -146,6 +157,7 @@ pub(crate) fn pop(token: Token) {
             .ops
             .get()
             .filter(|(_, level)| stack[at..].iter().any(|l| l.token == *level));
+        note_graphs(&stack[at..]);
         // Dropping the levels drops frames and chains only: nothing here touches this state.
         stack.truncate(at);
         publish(t, stack.last().map(|l| l.chain.clone()));
@@ -157,6 +169,17 @@ pub(crate) fn pop(token: Token) {
         }
         if empty && t.hooks.take().is_some() {
             ffi::thread_leave();
+        }
+    })
+}
+
+/// Tells the frames of `token` and the levels above it whether autograd graph nodes were made
+/// since they were pushed (before they are checked; popping them tells them too).
+pub(crate) fn settle_graphs(token: Token) {
+    THREAD.with(|t| {
+        let stack = t.stack.borrow();
+        if let Some(at) = stack.iter().position(|l| l.token == token) {
+            note_graphs(&stack[at..]);
         }
     })
 }
