@@ -12,7 +12,7 @@ fn demo_on_cpu() {
     let dir = std::env::temp_dir().join(format!("gpu-scope-demo-test-{}", std::process::id()));
     let trace = dir.join("trace.json");
     std::fs::create_dir_all(&dir).unwrap();
-    let cfg = run::Config {
+    let mut cfg = run::Config {
         device: tch::Device::Cpu,
         rounds: 3,
         batch: 4,
@@ -20,37 +20,8 @@ fn demo_on_cpu() {
         weights: dir.clone(),
         progress: false,
     };
-    let mut out = Vec::new();
-    let outcome = run::run(&cfg, &mut out).unwrap();
-    let text = String::from_utf8(out).unwrap();
-    assert!(outcome.ok, "{text}");
-    assert_eq!(
-        outcome.after_switching.allocated, outcome.baseline.allocated,
-        "{text}"
-    );
-    assert_eq!(outcome.after_cleanup.allocated, outcome.baseline.allocated);
-    let leak = outcome.leak.as_ref().unwrap();
-    assert_eq!(leak.escaped_bytes, outcome.expected_leak);
-    assert_eq!(
-        leak.escaped.len(),
-        6,
-        "three linear layers: weights and biases"
-    );
-    assert!(leak
-        .escaped
-        .iter()
-        .any(|e| e.shape.as_deref() == Some(&[512, 512][..])));
-    assert_eq!(
-        outcome.while_cached.allocated - outcome.baseline.allocated,
-        outcome.expected_leak
-    );
-    assert_eq!(outcome.reports.len(), 3 * 3 + 1);
-    assert!(text.contains("demo: OK"));
-    let versions = gpu_scope::versions().to_string();
-    assert!(
-        text.starts_with(&versions),
-        "the header names the versions: {text}"
-    );
+    // Debug builds attribute every scope: the one planted leak is named at once.
+    let (outcome, text) = demo(&cfg, 1);
 
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
@@ -65,5 +36,60 @@ fn demo_on_cpu() {
     }
     let last = counters[counters.len() - 2];
     assert_eq!(last["args"]["escaped"], outcome.expected_leak);
+    assert!(!text.contains("found without attribution"), "{text}");
+
+    // The release default: the first leak is found by size and address, the next request at
+    // the same place names operators and shapes (what the README's demo output shows).
+    gpu_scope::set_attribution(gpu_scope::Attribution::OnLeak);
+    cfg.trace = None;
+    let (outcome, text) = demo(&cfg, 2);
+    assert!(
+        outcome.reports[9]
+            .escaped
+            .iter()
+            .all(|e| e.operator.is_none()),
+        "{text}"
+    );
+    assert!(text.contains("found without attribution"), "{text}");
+    assert!(text.contains("names operators and shapes:"), "{text}");
+    assert!(text.contains("aten::"), "{text}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Runs the demo, checks what holds in every mode, and returns the outcome and the output.
+/// `leaks`: how many requests leak before one is named by operator and shape.
+fn demo(cfg: &run::Config, leaks: usize) -> (run::Outcome, String) {
+    let mut out = Vec::new();
+    let outcome = run::run(cfg, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(outcome.ok, "{text}");
+    assert_eq!(
+        outcome.after_switching.allocated, outcome.baseline.allocated,
+        "{text}"
+    );
+    assert_eq!(outcome.after_cleanup.allocated, outcome.baseline.allocated);
+    let leak = outcome.leak.as_ref().unwrap();
+    assert!(leak.attributed, "{text}");
+    assert_eq!(leak.escaped_bytes, outcome.expected_leak);
+    assert_eq!(
+        leak.escaped.len(),
+        6,
+        "three linear layers: weights and biases"
+    );
+    assert!(leak
+        .escaped
+        .iter()
+        .any(|e| e.shape.as_deref() == Some(&[512, 512][..])));
+    assert_eq!(
+        outcome.while_cached.allocated - outcome.baseline.allocated,
+        outcome.expected_leak * leaks as u64
+    );
+    assert_eq!(outcome.reports.len(), 3 * 3 + leaks);
+    assert!(text.contains("demo: OK"));
+    let versions = gpu_scope::versions().to_string();
+    assert!(
+        text.starts_with(&versions),
+        "the header names the versions: {text}"
+    );
+    (outcome, text)
 }
