@@ -44,8 +44,10 @@ fn a_mutex_the_exiting_thread_holds_is_not_called_escaped() {
     assert_eq!(report.held_by(HeldBy::Uninspected), block(80), "{report}");
     assert_eq!(report.status(), "not inspected");
     assert!(!report.is_clean());
+    assert_eq!(report.uninspected_kept.len(), 1, "{report}");
+    assert!(report.uninspected_kept[0].contains("Mutex"), "{report}");
     assert!(
-        report.to_string().contains("could not be inspected"),
+        report.to_string().contains("could not be looked into"),
         "{report}"
     );
     drop(guard);

@@ -139,3 +139,42 @@ fn convolution_scratch_from_raw_allocate_is_seen_freed() {
         assert_eq!(report.kept, 4 * 8 * 16 * 26 * 26);
     }
 }
+
+#[test]
+fn torchscript_values_and_std_cells_are_kept() {
+    use std::rc::Rc;
+    use std::sync::OnceLock;
+    use tch::IValue;
+    let (_v, report) = clean(scope(strict("ivalue"), || {
+        let shared = Rc::new(floats(5));
+        let once = OnceLock::new();
+        once.set(floats(6)).unwrap();
+        let weak = Rc::downgrade(&shared);
+        let value = IValue::Tuple(vec![
+            IValue::Tensor(floats(1)),
+            IValue::TensorList(vec![floats(2)]),
+            IValue::GenericDict(vec![(IValue::Int(0), IValue::Tensor(floats(3)))]),
+            IValue::GenericList(vec![IValue::Tensor(floats(4)), IValue::Double(1.0)]),
+        ]);
+        (value, shared, weak, once)
+    }));
+    let expected: u64 = [4, 8, 12, 16, 20, 24].into_iter().map(block).sum();
+    assert_eq!(on(&report).kept, expected);
+}
+
+/// tch keeps a TorchScript module's buffers and attributes private: its parameters are kept,
+/// and memory nothing else keeps is reported as not inspected, never escaped.
+#[test]
+fn torchscript_module_is_not_called_escaped() {
+    use gpu_scope::HeldBy;
+    let (_module, report) = scope(strict("cmodule"), || {
+        let w = Tensor::ones([4, 4], (tch::Kind::Float, Device::Cpu));
+        let x = Tensor::ones([2, 4], (tch::Kind::Float, Device::Cpu));
+        tch::CModule::create_by_tracing("m", "forward", &[x], &mut |xs| vec![xs[0].matmul(&w)])
+            .unwrap()
+    })
+    .unwrap();
+    assert!(report.escaped.is_empty(), "{report}");
+    assert!(report.held_by(HeldBy::Uninspected) > 0, "{report}");
+    assert!(report.to_string().contains("tch::CModule"), "{report}");
+}

@@ -278,6 +278,7 @@ impl OpenScope {
             escaped,
             held,
             opaque_kept: kept.opaque.clone(),
+            uninspected_kept: kept.blind_to(),
             untracked,
             cache_released: released.per_device.iter().map(|(_, b)| b).sum(),
             released: released.ran,

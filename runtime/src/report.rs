@@ -73,7 +73,8 @@ pub enum HeldBy {
     OptimizerState,
     /// Not visible: a kept tensor has an autograd graph whose saved tensors cannot be listed.
     AutogradGraph,
-    /// Not judged: a kept value could not be inspected (a lock held elsewhere).
+    /// Not judged: a kept value could not be inspected (a lock held elsewhere, or a tch type
+    /// that keeps its tensors private; named in `uninspected_kept`).
     Uninspected,
 }
 
@@ -176,6 +177,9 @@ pub struct ScopeReport {
     pub held: Vec<Held>,
     /// Kept arguments whose type does not implement `Tensors` (seen as holding no tensors).
     pub opaque_kept: Vec<&'static str>,
+    /// Kept values gpu-scope could not look into (a lock held elsewhere, a tch type that keeps
+    /// its tensors private): memory nothing else keeps was counted as `not inspected`.
+    pub uninspected_kept: Vec<&'static str>,
     /// Devices on which allocations could not be seen: the report is "not tracked" there
     /// rather than clean.
     pub untracked: Vec<Untracked>,
@@ -295,6 +299,7 @@ fn overwrite(last: &mut ScopeReport, report: &ScopeReport) {
         escaped: reuse(&mut last.escaped, &report.escaped),
         held: reuse(&mut last.held, &report.held),
         opaque_kept: reuse(&mut last.opaque_kept, &report.opaque_kept),
+        uninspected_kept: reuse(&mut last.uninspected_kept, &report.uninspected_kept),
         untracked: reuse(&mut last.untracked, &report.untracked),
         ..*report
     };
@@ -386,8 +391,10 @@ impl fmt::Display for ScopeReport {
         if self.held_by(HeldBy::Uninspected) > 0 {
             writeln!(
                 f,
-                "  note: a kept value was locked elsewhere and could not be inspected; its \
-                 memory was not judged (`not inspected`), not called escaped"
+                "  note: kept {} could not be looked into (a lock held elsewhere, or a tch type \
+                 that keeps its tensors private); memory nothing else keeps was not judged \
+                 (`not inspected`), not called escaped",
+                self.uninspected_kept.join(", ")
             )?;
         }
         if !self.escaped.is_empty() {
@@ -505,6 +512,7 @@ mod tests {
             escaped: vec![escape; escapes],
             held: vec![],
             opaque_kept: vec!["Opaque"; escapes],
+            uninspected_kept: vec![],
             untracked: vec![],
             cache_released: 5,
             released: escapes > 0,

@@ -92,8 +92,9 @@ impl StorageSet {
         }
     }
 
-    /// Records that a kept value could not be inspected (a lock held elsewhere): memory that
-    /// nothing else keeps is then reported as not inspected instead of escaped.
+    /// Records that a kept value could not be inspected (a lock held elsewhere, a tch type
+    /// that keeps its tensors private): memory that nothing else keeps is then reported as not
+    /// inspected instead of escaped.
     pub fn add_uninspected(&mut self, what: &'static str) {
         if !self.uninspected.contains(&what) {
             self.uninspected.push(what);
@@ -127,6 +128,15 @@ impl StorageSet {
     /// called escaped.
     pub(crate) fn blind(&self) -> bool {
         !self.uninspected.is_empty() || (!self.private_modules.is_empty() && !self.var_store)
+    }
+
+    /// What [`blind`](Self::blind) comes from: the kept values that could not be looked into.
+    pub(crate) fn blind_to(&self) -> Vec<&'static str> {
+        let mut names = self.uninspected.clone();
+        if !self.var_store {
+            names.extend(&self.private_modules);
+        }
+        names
     }
 
     fn add_private_module(&mut self, name: &'static str) {
@@ -174,6 +184,13 @@ impl Tensors for tch::nn::Optimizer {
     }
 }
 
+/// libtorch's optimizer: its parameters and state are private to it (not inspected).
+impl Tensors for tch::COptimizer {
+    fn visit(&self, set: &mut StorageSet) {
+        set.add_uninspected("tch::COptimizer");
+    }
+}
+
 /// tch keeps these modules' tensors private: a scope cannot list them. They are the variables
 /// of the `VarStore` the module was built from, so keeping that `VarStore` keeps them; without
 /// it, memory nothing else keeps is reported as not inspected rather than escaped.
@@ -194,6 +211,51 @@ private_module!(
     tch::nn::Func<'_>,
     tch::nn::FuncT<'_>,
 );
+
+/// A TorchScript module: its parameters are listed; tch keeps its buffers and attributes
+/// private, so memory nothing else keeps is reported as not inspected rather than escaped.
+impl Tensors for tch::CModule {
+    fn visit(&self, set: &mut StorageSet) {
+        if let Ok(parameters) = self.named_parameters() {
+            parameters.iter().for_each(|(_, t)| set.add_tensor(t));
+        }
+        set.add_uninspected("tch::CModule");
+    }
+}
+
+/// Its parameters are variables of the `VarStore` it was loaded into (keep that to check
+/// them); tch keeps the module itself private, so memory nothing else keeps is reported as not
+/// inspected rather than escaped.
+impl Tensors for tch::TrainableCModule {
+    fn visit(&self, set: &mut StorageSet) {
+        set.add_uninspected("tch::TrainableCModule");
+    }
+}
+
+/// The tensors of a TorchScript value, however nested; an object's attributes are private to
+/// tch (not inspected).
+impl Tensors for tch::IValue {
+    fn visit(&self, set: &mut StorageSet) {
+        use tch::IValue as V;
+        match self {
+            V::Tensor(t) => set.add_tensor(t),
+            V::TensorList(ts) => ts.visit(set),
+            V::Tuple(vs) | V::GenericList(vs) => vs.visit(set),
+            V::GenericDict(pairs) => pairs.iter().for_each(|(k, v)| {
+                k.visit(set);
+                v.visit(set);
+            }),
+            V::Object(_) => set.add_uninspected("tch::jit::Object"),
+            _ => {}
+        }
+    }
+}
+
+impl Tensors for tch::jit::Object {
+    fn visit(&self, set: &mut StorageSet) {
+        set.add_uninspected("tch::jit::Object");
+    }
+}
 
 macro_rules! leaf {
     ($($t:ty),* $(,)?) => { $(impl Tensors for $t { fn visit(&self, _: &mut StorageSet) {} })* };
@@ -221,6 +283,14 @@ leaf!(
     Duration,
     tch::Device,
     tch::Kind,
+    tch::Layout,
+    tch::Reduction,
+    tch::Scalar,
+    tch::nn::Id,
+    tch::nn::Sgd,
+    tch::nn::Adam,
+    tch::nn::AdamW,
+    tch::nn::RmsProp,
     crate::DeviceId,
     crate::ScopeHandle,
     crate::ScopeReport,
@@ -308,6 +378,36 @@ iter!(
     BinaryHeap<T>,
     Option<T>
 );
+
+impl<T: Tensors> Tensors for std::sync::OnceLock<T> {
+    fn visit(&self, set: &mut StorageSet) {
+        self.get().visit(set)
+    }
+}
+
+impl<T: Tensors> Tensors for std::cell::OnceCell<T> {
+    fn visit(&self, set: &mut StorageSet) {
+        self.get().visit(set)
+    }
+}
+
+/// What the weak pointer still points at, if anything.
+impl<T: Tensors + ?Sized> Tensors for std::rc::Weak<T> {
+    fn visit(&self, set: &mut StorageSet) {
+        if let Some(value) = self.upgrade() {
+            value.visit(set)
+        }
+    }
+}
+
+/// What the weak pointer still points at, if anything.
+impl<T: Tensors + ?Sized> Tensors for std::sync::Weak<T> {
+    fn visit(&self, set: &mut StorageSet) {
+        if let Some(value) = self.upgrade() {
+            value.visit(set)
+        }
+    }
+}
 
 impl<T: Tensors, const N: usize> Tensors for [T; N] {
     fn visit(&self, set: &mut StorageSet) {
