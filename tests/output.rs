@@ -147,3 +147,86 @@ fn backtraces_start_at_the_users_code() {
     );
     assert!(!stdout.contains("_ZN"), "C++ names demangled: {stdout}");
 }
+
+/// With a `tracing` subscriber, a `warn` escape is a WARN event for it and nothing on stderr.
+#[test]
+fn warn_with_a_subscriber_is_a_tracing_event() {
+    if in_child() {
+        tracing_subscriber::fmt()
+            .with_writer(std::io::stdout)
+            .with_ansi(false)
+            .init();
+        leak_once(Some(EscapePolicy::Warn));
+        leak_once(Some(EscapePolicy::Warn));
+        return;
+    }
+    let out = child("warn_with_a_subscriber_is_a_tracing_event", &[]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    let events: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("escaped scope `leaky`"))
+        .collect();
+    assert_eq!(events.len(), 2, "one event per escape: {stdout}");
+    assert!(!stderr.contains("escaped scope"), "{stderr}");
+}
+
+/// The environment's words, in any case and with spaces around them.
+#[test]
+fn environment_values_are_read_by_one_rule() {
+    if in_child() {
+        leak_once(None);
+        let r = gpu_scope::last_report().unwrap();
+        println!(
+            "attributed={} operator={:?}",
+            r.attributed, r.escaped[0].operator
+        );
+        SINK.lock().unwrap().clear();
+        return;
+    }
+    let name = "environment_values_are_read_by_one_rule";
+    let run = |vars: &[(&str, &str)]| {
+        let out = child(name, vars);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        (
+            out.status.success(),
+            text,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, stdout, stderr) = run(&[
+        ("GPU_SCOPE_ON_ESCAPE", " Warn "),
+        ("GPU_SCOPE_OPERATORS", "OFF"),
+    ]);
+    assert!(ok, "warn: no panic in a debug build: {stderr}");
+    assert!(stderr.contains("escaped scope `leaky`"), "{stderr}");
+    assert!(
+        stdout.contains("attributed=false operator=None"),
+        "{stdout}"
+    );
+    for on in ["on", "1", " TRUE "] {
+        let (ok, stdout, stderr) = run(&[
+            ("GPU_SCOPE_ON_ESCAPE", "ignore"),
+            ("GPU_SCOPE_OPERATORS", on),
+        ]);
+        assert!(ok && stderr.is_empty(), "{on:?}: {stderr}");
+        assert!(
+            stdout.contains("attributed=true operator=Some(\"aten::zeros\")"),
+            "{on:?}: {stdout}"
+        );
+    }
+    let (ok, stdout, _) = run(&[
+        ("GPU_SCOPE_ON_ESCAPE", "IGNORE"),
+        ("GPU_SCOPE_OPERATORS", "on-leak"),
+    ]);
+    assert!(ok);
+    assert!(
+        stdout.contains("attributed=false operator=None"),
+        "first leak here: {stdout}"
+    );
+    let (ok, _, stderr) = run(&[("GPU_SCOPE_ON_ESCAPE", "Panic")]);
+    assert!(!ok && stderr.contains("escaped scope `leaky`"), "{stderr}");
+}
