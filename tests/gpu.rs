@@ -183,6 +183,27 @@ fn release_and_synchronize_only_when_needed() {
     )
     .unwrap();
     assert!(!above.released, "4 MiB unused is under the 1 GiB threshold");
+    let (_, above) = scope(
+        strict("above-1-MiB").release(ReleasePolicy::Above(1 << 20)),
+        || drop(floats(1 << 20, 0)),
+    )
+    .unwrap();
+    assert!(above.released, "4 MiB unused is over 1 MiB: {above}");
+    assert!(above.cache_released >= 4 << 20, "{above}");
+    let c1 = calls();
+    scope(strict("outer"), || {
+        let (_, always) = scope(strict("always").release(ReleasePolicy::Always), || {
+            drop(floats(1 << 20, 0))
+        })
+        .unwrap();
+        assert!(
+            always.released,
+            "nested, and released all the same: {always}"
+        );
+        assert!(always.cache_released >= 4 << 20, "{always}");
+    })
+    .unwrap();
+    assert!(calls() > c1);
     assert_eq!(syncs(), s0, "gpu-scope never synchronizes the device");
 }
 
