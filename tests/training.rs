@@ -159,3 +159,23 @@ fn a_graph_made_inside_holds_what_it_saved() {
     assert!(r.held_by(HeldBy::AutogradGraph) >= block(4 * 8 * 4), "{r}");
     drop(out);
 }
+
+/// A graph made by work carried to another thread counts too: what it saved is held by it.
+#[test]
+fn a_graph_made_on_a_carried_thread_holds_what_it_saved() {
+    let w = Tensor::randn([8, 8], (Kind::Float, device())).set_requires_grad(true);
+    let x = Tensor::randn([4, 8], (Kind::Float, device()));
+    let (out, r) = scope(strict("graph-carried"), || {
+        let handle = gpu_scope::current().unwrap();
+        let (x, w) = (x.shallow_clone(), w.shallow_clone());
+        std::thread::spawn(move || {
+            handle.in_scope(|| tch::with_grad(|| x.matmul(&w).tanh().sum(Kind::Float)))
+        })
+        .join()
+        .unwrap()
+    })
+    .unwrap();
+    assert!(r.is_clean(), "{r}");
+    assert!(r.held_by(HeldBy::AutogradGraph) >= block(4 * 8 * 4), "{r}");
+    drop(out);
+}

@@ -131,6 +131,7 @@ pub(crate) struct Stats {
 }
 
 impl Stats {
+    #[inline]
     pub(crate) fn device(&mut self, device: DeviceId) -> &mut Counters {
         let at = match self.devices.iter().position(|(d, _)| *d == device) {
             Some(at) => at,
@@ -143,6 +144,7 @@ impl Stats {
         &mut self.devices[at].1
     }
 
+    #[inline]
     fn both(&mut self, device: DeviceId, f: impl Fn(&mut Counters)) {
         f(&mut self.total);
         f(self.device(device));
@@ -283,11 +285,17 @@ pub(crate) mod spare_keys {
     }
 
     /// Gives `set` a spare set's buffer if it has none yet (about to be filled).
+    #[inline]
     pub(crate) fn refill(set: &mut FxHashSet<Key>) {
         if set.capacity() == 0 {
-            if let Ok(Some(spare)) = SPARE.try_with(|s| s.borrow_mut().pop()) {
-                *set = spare;
-            }
+            take(set);
+        }
+    }
+
+    #[cold]
+    fn take(set: &mut FxHashSet<Key>) {
+        if let Ok(Some(spare)) = SPARE.try_with(|s| s.borrow_mut().pop()) {
+            *set = spare;
         }
     }
 

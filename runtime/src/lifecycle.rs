@@ -129,7 +129,10 @@ impl OpenScope {
         }
         let (above, enclosing) = match &self.placed {
             Some(p) => {
-                thread::settle_graphs(p.token);
+                // Only a kept tensor's graph can hold memory: ask about graphs only then.
+                if kept.autograd_graph {
+                    thread::settle_graphs(p.token);
+                }
                 thread::around(p.token)
             }
             None => (vec![], thread::chain()),

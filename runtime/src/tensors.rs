@@ -131,7 +131,11 @@ impl StorageSet {
     }
 
     /// What [`blind`](Self::blind) comes from: the kept values that could not be looked into.
+    #[inline]
     pub(crate) fn blind_to(&self) -> Vec<&'static str> {
+        if !self.blind() {
+            return Vec::new();
+        }
         let mut names = self.uninspected.clone();
         if !self.var_store {
             names.extend(&self.private_modules);
