@@ -394,7 +394,10 @@ impl fmt::Display for ScopeReport {
                 "  note: kept {} could not be looked into (a lock held elsewhere, or a tch type \
                  that keeps its tensors private); memory nothing else keeps was not judged \
                  (`not inspected`), not called escaped",
-                self.uninspected_kept.join(", ")
+                match self.uninspected_kept.as_slice() {
+                    [] => "a value".to_owned(),
+                    names => names.join(", "),
+                }
             )?;
         }
         if !self.escaped.is_empty() {
