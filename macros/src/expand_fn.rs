@@ -205,8 +205,10 @@ fn body(func: &ItemFn, args: &Args, ret_ty: Option<&Type>) -> TokenStream {
                 }
             }
         });
-    let block = &func.block;
-    quote_spanned!(span=> { #reborrow #(#rebinds)* #fake_return #block })
+    // The user's statements, not their block: a block of one expression as the value of
+    // another would be linted (`unused_braces`) at the user's braces.
+    let stmts = &func.block.stmts;
+    quote_spanned!(span=> { #reborrow #(#rebinds)* #fake_return #(#stmts)* })
 }
 
 /// A function returning `!` never ends normally: its scope is entered, the body runs inline,
@@ -221,9 +223,10 @@ fn never_returns(func: &ItemFn, opts: TokenStream) -> TokenStream {
             ::core::unreachable!("an `async fn` returning `!` returned")
         }
     } else {
+        let stmts = &block.stmts;
         quote_spanned! {span=>
             let #exit = ::gpu_scope::__private::Guard::enter(#opts);
-            #block
+            #(#stmts)*
         }
     }
 }
