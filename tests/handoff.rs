@@ -143,3 +143,47 @@ fn an_async_scope_polled_under_a_new_frame_each_time_keeps_exact_accounts() {
         "{report}"
     );
 }
+
+/// A handle used on the thread where its scope is open charges each allocation once.
+#[test]
+fn a_handle_used_where_its_scope_is_open_charges_once() {
+    let scope = Scope::enter(strict("same-thread")).unwrap();
+    let here = gpu_scope::current().unwrap();
+    let t = here.in_scope(|| {
+        drop(floats(8));
+        floats(16)
+    });
+    let r = scope.exit(&t).unwrap();
+    assert_eq!(r.allocations, 2, "{r}");
+    assert_eq!(on(&r).allocated, block(32) + block(64), "{r}");
+    assert_eq!(on(&r).peak, block(64).max(block(32)), "{r}");
+    assert_eq!(on(&r).kept, block(64), "{r}");
+}
+
+/// The enclosing scope's handle used inside an inner scope: the work is the enclosing scope's
+/// (charged to it once, not to the inner scope, which does not judge it).
+#[test]
+fn an_enclosing_handle_used_inside_an_inner_scope_charges_the_enclosing_one() {
+    let outer = Scope::enter(strict("outer")).unwrap();
+    let here = gpu_scope::current().unwrap();
+    let inner = Scope::enter(strict("inner")).unwrap();
+    let t = here.in_scope(|| floats(16));
+    let inner_report = inner.exit(&()).unwrap();
+    assert_eq!(inner_report.allocated, 0, "{inner_report}");
+    let r = outer.exit(&t).unwrap();
+    assert_eq!((r.allocations, on(&r).allocated), (1, block(64)), "{r}");
+    assert_eq!(on(&r).kept, block(64), "{r}");
+}
+
+/// A future carried into the scope it is polled in, on the same thread.
+#[test]
+fn a_future_instrumented_where_its_scope_is_open_charges_once() {
+    let scope = Scope::enter(strict("same-thread-future")).unwrap();
+    let here = gpu_scope::current().unwrap();
+    let mut future = std::pin::pin!(here.instrument(async { floats(16) }));
+    let Poll::Ready(t) = future.as_mut().poll(&mut noop_context()) else {
+        panic!("ready at once")
+    };
+    let r = scope.exit(&t).unwrap();
+    assert_eq!((r.allocations, on(&r).allocated), (1, block(64)), "{r}");
+}

@@ -113,8 +113,15 @@ pub(crate) fn push(frame: Arc<Frame>, owned: bool, operators: bool) -> Result<To
                 .set(ffi::ops_begin().map(|callback| (callback, token)));
         }
         let mut stack = t.stack.borrow_mut();
-        let below = stack.last().map_or(&[][..], |l| &l.chain[..]);
-        let chain: Chain = std::iter::once(&frame).chain(below).cloned().collect();
+        let chain: Chain = match stack.iter().rev().find(|l| Arc::ptr_eq(&l.frame, &frame)) {
+            // Already on this thread's stack (its handle used here, its future polled here):
+            // charged as it is there, and once.
+            Some(level) => level.chain.clone(),
+            None => {
+                let below = stack.last().map_or(&[][..], |l| &l.chain[..]);
+                std::iter::once(&frame).chain(below).cloned().collect()
+            }
+        };
         publish(t, Some(chain.clone()));
         stack.push(Level {
             token,
