@@ -177,3 +177,37 @@ fn keep_hands_a_value_to_the_enclosing_scope_only() {
     );
     LIBRARY_CACHE.lock().unwrap().pop();
 }
+
+/// A kept mutex another thread holds past the wait: the report names it even when every
+/// allocation could be judged without it (all freed here), and the table says so.
+#[test]
+fn a_mutex_held_elsewhere_is_named_even_when_nothing_is_left_to_judge() {
+    let cache: Arc<Mutex<Vec<Tensor>>> = Arc::default();
+    let holder = cache.clone();
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let other = std::thread::spawn(move || {
+        let _guard = holder.lock().unwrap();
+        locked_tx.send(()).unwrap();
+        release_rx.recv().unwrap();
+    });
+    locked_rx.recv().unwrap();
+    let (_, report) = scope(strict("locked-clean"), || {
+        drop(floats(10));
+        cache.clone()
+    })
+    .unwrap();
+    release_tx.send(()).unwrap();
+    other.join().unwrap();
+    assert_eq!(report.held_by(HeldBy::Uninspected), 0, "{report}");
+    assert_eq!(
+        report.status(),
+        "clean",
+        "nothing was left unjudged: {report}"
+    );
+    assert_eq!(report.uninspected_kept.len(), 1, "{report}");
+    assert!(
+        report.to_string().contains("could not be looked into"),
+        "{report}"
+    );
+}

@@ -178,3 +178,42 @@ fn torchscript_module_is_not_called_escaped() {
     assert!(report.held_by(HeldBy::Uninspected) > 0, "{report}");
     assert!(report.to_string().contains("tch::CModule"), "{report}");
 }
+
+fn torchscript_model() -> tch::CModule {
+    // Four parameters, and three buffers that tch keeps private. Made with PyTorch 2.11:
+    // torch.jit.script(nn.Sequential(nn.Linear(4, 2), nn.BatchNorm1d(2)).eval()).save(path)
+    tch::CModule::load(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/linear_bn.pt"
+    ))
+    .unwrap()
+}
+
+/// A TorchScript model loaded before the scope holds nothing the scope made: kept as an
+/// argument, it hides no leak.
+#[test]
+fn a_torchscript_model_from_outside_hides_no_leak() {
+    use std::sync::Mutex;
+    static SINK: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
+    let model = torchscript_model();
+    let x = Tensor::ones([3, 4], (tch::Kind::Float, Device::Cpu));
+    let scope = Scope::enter(strict("model-outside")).unwrap();
+    let y = model.forward_ts(&[&x]).unwrap();
+    SINK.lock().unwrap().push(floats(5));
+    let r = common::escaped(scope.exit(&(&model, &y)));
+    assert_eq!(r.escaped_bytes, block(20), "{r}");
+    assert!(r.uninspected_kept.is_empty(), "{r}");
+    SINK.lock().unwrap().clear();
+}
+
+/// A TorchScript model loaded inside the scope and handed back: its parameters are kept, its
+/// private buffers are not inspected (named), never escaped.
+#[test]
+fn a_torchscript_model_loaded_inside_is_not_called_escaped() {
+    use gpu_scope::HeldBy;
+    let (_model, r) = scope(strict("model-inside"), torchscript_model).unwrap();
+    assert!(r.escaped.is_empty(), "{r}");
+    assert_eq!(r.uninspected_kept, ["tch::CModule"], "{r}");
+    assert!(r.held_by(HeldBy::Uninspected) > 0, "the buffers: {r}");
+    assert!(r.kept >= 4 * (8 + 2 + 2 + 2), "the parameters: {r}");
+}

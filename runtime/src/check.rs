@@ -20,6 +20,8 @@ pub(crate) struct Check<'a> {
     /// Autograd graph nodes were made while the scope ran: a kept tensor's graph may hold
     /// some of its allocations. Otherwise no graph can hold them.
     graph: bool,
+    /// Kept values that could not be looked into: unkept memory must not be called escaped.
+    pub uninspected: Vec<&'static str>,
 }
 
 impl<'a> Check<'a> {
@@ -33,6 +35,9 @@ impl<'a> Check<'a> {
             gradients: FxHashSet::default(),
             autocast: Vec::new(),
             graph: frame.made_graph(),
+            uninspected: kept.blind_to(|key| {
+                ledger::with_entry(key, |e| e.charged_to_frame(frame)).unwrap_or(false)
+            }),
         };
         let mut candidates: Vec<(Key, u64)> = Vec::new();
         for key in ledger::entries_to_inspect(frame) {
@@ -80,7 +85,7 @@ impl Judge for Check<'_> {
             Fate::HeldOutside(HeldBy::OptimizerState)
         } else if self.kept.autograd_graph && self.graph {
             Fate::HeldOutside(HeldBy::AutogradGraph)
-        } else if self.kept.blind() {
+        } else if !self.uninspected.is_empty() {
             Fate::HeldOutside(HeldBy::Uninspected)
         } else {
             Fate::Escaped

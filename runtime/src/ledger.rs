@@ -75,6 +75,14 @@ pub(crate) struct About {
 }
 
 impl Entry {
+    /// Whether it is charged to `frame` (it was made, or handed on, while `frame` was open).
+    pub(crate) fn charged_to_frame(&self, frame: &Frame) -> bool {
+        self.chain
+            .iter()
+            .flat_map(|c| c.iter())
+            .any(|f| std::ptr::eq(Arc::as_ptr(f), frame))
+    }
+
     /// The frame that owns it.
     fn frame(&self) -> Option<&Arc<Frame>> {
         self.chain.as_ref().map(|c| &c[usize::from(self.owner)])

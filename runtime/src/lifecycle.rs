@@ -151,12 +151,13 @@ impl OpenScope {
             }
         }
         let checked = check && self.frame.is_open();
-        let mut untracked = Vec::new();
+        let (mut untracked, mut uninspected) = (Vec::new(), Vec::new());
         let mut closed = if checked {
-            let check = Check::prepare(&self.frame, &kept);
+            let mut check = Check::prepare(&self.frame, &kept);
             let mut closed = ledger::close(&self.frame, enclosing.as_ref(), &check);
             closed.held.extend(check.autocast_freed());
             untracked = self.untracked(&closed);
+            uninspected = std::mem::take(&mut check.uninspected);
             closed
         } else {
             ledger::close(&self.frame, enclosing.as_ref(), &KeepAll)
@@ -174,7 +175,8 @@ impl OpenScope {
         } else {
             Released::default()
         };
-        let report = self.report(&mut closed, &kept, untracked, released, checked);
+        let unseen = (untracked, uninspected);
+        let report = self.report(&mut closed, &kept, unseen, released, checked);
         if !report.escaped.is_empty() && !self.attributed && attribution() == Attribution::OnLeak {
             sites::leaked(self.opts.location);
         }
@@ -208,7 +210,7 @@ impl OpenScope {
         &mut self,
         closed: &mut Closed,
         kept: &StorageSet,
-        untracked: Vec<Untracked>,
+        (untracked, uninspected): (Vec<Untracked>, Vec<&'static str>),
         released: Released,
         checked: bool,
     ) -> ScopeReport {
@@ -281,7 +283,7 @@ impl OpenScope {
             escaped,
             held,
             opaque_kept: kept.opaque.clone(),
-            uninspected_kept: kept.blind_to(),
+            uninspected_kept: uninspected,
             untracked,
             cache_released: released.per_device.iter().map(|(_, b)| b).sum(),
             released: released.ran,

@@ -212,7 +212,8 @@ fn micros<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
 
 impl ScopeReport {
     /// Whether the scope ended clean: nothing escaped, the budget held, every device's
-    /// allocations could be seen, and every kept value could be inspected.
+    /// allocations could be seen, and no memory was left unjudged because a kept value could
+    /// not be inspected (such values are named in `uninspected_kept` either way).
     pub fn is_clean(&self) -> bool {
         !self.failed() && self.untracked.is_empty() && self.held_by(HeldBy::Uninspected) == 0
     }
@@ -388,7 +389,7 @@ impl fmt::Display for ScopeReport {
                  listed, so unkept memory was counted under `autograd graph`, not as escaped"
             )?;
         }
-        if self.held_by(HeldBy::Uninspected) > 0 {
+        if self.held_by(HeldBy::Uninspected) > 0 || !self.uninspected_kept.is_empty() {
             writeln!(
                 f,
                 "  note: kept {} could not be looked into (a lock held elsewhere, or a tch type \

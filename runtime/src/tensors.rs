@@ -26,6 +26,10 @@ pub struct StorageSet {
     pub(crate) uninspected: Vec<&'static str>,
     /// Kept tch modules whose tensors tch keeps private (covered when their VarStore is kept).
     pub(crate) private_modules: Vec<&'static str>,
+    /// Kept values with private tensors beside listed ones (a TorchScript module's buffers
+    /// and attributes beside its parameters), with one listed storage: not inspected only in
+    /// a scope that made that storage, and so built the value.
+    pub(crate) private_beside: Vec<(&'static str, Key)>,
     pub(crate) var_store: bool,
 }
 
@@ -44,6 +48,11 @@ impl StorageSet {
     /// Adds the storages one tensor owns, whatever its layout (dense, sparse, MKLDNN), and
     /// those of its gradient if it is a leaf that has one.
     pub fn add_tensor(&mut self, t: &tch::Tensor) {
+        self.add_tensor_key(t);
+    }
+
+    /// [`add_tensor`](Self::add_tensor), returning one of the storages it found.
+    fn add_tensor_key(&mut self, t: &tch::Tensor) -> Option<Key> {
         let mut found = [ffi::Storage {
             ptr: std::ptr::null(),
             dev_type: 0,
@@ -62,7 +71,7 @@ impl StorageSet {
             )
         };
         if ffi::check(status).is_err() {
-            return;
+            return None;
         }
         let mut more = Vec::new();
         if n > found.len() {
@@ -72,7 +81,7 @@ impl StorageSet {
                 ffi::gs_tensor_storages(t.as_ptr().cast(), more.as_mut_ptr(), n, &mut n, &mut flags)
             };
             if ffi::check(status).is_err() {
-                return;
+                return None;
             }
         }
         let storages = if more.is_empty() {
@@ -89,6 +98,18 @@ impl StorageSet {
         }
         if flags & ffi::TENSOR_HAS_GRAPH != 0 {
             self.autograd_graph = true;
+        }
+        storages
+            .first()
+            .map(|s| (s.ptr as usize, DeviceId::from_raw(s.dev_type, s.dev_index)))
+    }
+
+    /// Records a kept value whose tensors are partly private, with `listed`, one of those that
+    /// could be listed; without one it is not inspected.
+    fn add_private_beside(&mut self, what: &'static str, listed: Option<Key>) {
+        match listed {
+            Some(key) => self.private_beside.push((what, key)),
+            None => self.add_uninspected(what),
         }
     }
 
@@ -124,22 +145,19 @@ impl StorageSet {
         self.keys.is_empty()
     }
 
-    /// Whether some kept value could not be looked into, so that unkept memory must not be
-    /// called escaped.
-    pub(crate) fn blind(&self) -> bool {
-        !self.uninspected.is_empty() || (!self.private_modules.is_empty() && !self.var_store)
-    }
-
-    /// What [`blind`](Self::blind) comes from: the kept values that could not be looked into.
-    #[inline]
-    pub(crate) fn blind_to(&self) -> Vec<&'static str> {
-        if !self.blind() {
-            return Vec::new();
-        }
+    /// The kept values that could not be looked into, for a scope that made `made_here` (see
+    /// `private_beside`); empty when there are none.
+    pub(crate) fn blind_to(&self, made_here: impl Fn(Key) -> bool) -> Vec<&'static str> {
         let mut names = self.uninspected.clone();
         if !self.var_store {
             names.extend(&self.private_modules);
         }
+        names.extend(
+            self.private_beside
+                .iter()
+                .filter(|(_, key)| made_here(*key))
+                .map(|(what, _)| *what),
+        );
         names
     }
 
@@ -217,13 +235,16 @@ private_module!(
 );
 
 /// A TorchScript module: its parameters are listed; tch keeps its buffers and attributes
-/// private, so memory nothing else keeps is reported as not inspected rather than escaped.
+/// private. A module made in the scope (its parameters were) may hold more of the scope's
+/// memory: there memory nothing else keeps is reported as not inspected rather than escaped.
+/// A module from outside the scope holds nothing the scope made unless stored into it.
 impl Tensors for tch::CModule {
     fn visit(&self, set: &mut StorageSet) {
-        if let Ok(parameters) = self.named_parameters() {
-            parameters.iter().for_each(|(_, t)| set.add_tensor(t));
+        let mut listed = None;
+        for (_, t) in self.named_parameters().unwrap_or_default() {
+            listed = set.add_tensor_key(&t).or(listed);
         }
-        set.add_uninspected("tch::CModule");
+        set.add_private_beside("tch::CModule", listed);
     }
 }
 
