@@ -171,7 +171,11 @@ fn an_enclosing_handle_used_inside_an_inner_scope_charges_the_enclosing_one() {
     let inner_report = inner.exit(&()).unwrap();
     assert_eq!(inner_report.allocated, 0, "{inner_report}");
     let r = outer.exit(&t).unwrap();
-    assert_eq!((on(&r).allocations, on(&r).allocated), (1, block(64)), "{r}");
+    assert_eq!(
+        (on(&r).allocations, on(&r).allocated),
+        (1, block(64)),
+        "{r}"
+    );
     assert_eq!(on(&r).kept, block(64), "{r}");
 }
 
@@ -185,5 +189,9 @@ fn a_future_instrumented_where_its_scope_is_open_charges_once() {
         panic!("ready at once")
     };
     let r = scope.exit(&t).unwrap();
-    assert_eq!((on(&r).allocations, on(&r).allocated), (1, block(64)), "{r}");
+    assert_eq!(
+        (on(&r).allocations, on(&r).allocated),
+        (1, block(64)),
+        "{r}"
+    );
 }

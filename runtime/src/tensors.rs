@@ -147,7 +147,14 @@ impl StorageSet {
 
     /// The kept values that could not be looked into, for a scope that made `made_here` (see
     /// `private_beside`); empty when there are none.
+    #[inline]
     pub(crate) fn blind_to(&self, made_here: impl Fn(Key) -> bool) -> Vec<&'static str> {
+        if self.uninspected.is_empty()
+            && self.private_modules.is_empty()
+            && self.private_beside.is_empty()
+        {
+            return Vec::new();
+        }
         let mut names = self.uninspected.clone();
         if !self.var_store {
             names.extend(&self.private_modules);
