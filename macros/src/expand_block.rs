@@ -55,12 +55,17 @@ fn rewrite(ScopedBlock { options, block }: ScopedBlock) -> TokenStream {
     }
     let collect = keep.collect();
 
+    // What follows the user's block is ours: unreachable when the block diverges (`return`,
+    // `break`, a panic), which is not the user's concern, so not linted.
     if options.policy() != Some(Policy::Error) {
         return quote_spanned! {span=> {
             let #exit = ::gpu_scope::__private::Guard::enter(#opts);
             let #value = #block;
-            #collect
-            #exit.exit(#kept);
+            #[allow(unreachable_code)]
+            {
+                #collect
+                #exit.exit(#kept);
+            }
             #value
         }};
     }
@@ -71,8 +76,12 @@ fn rewrite(ScopedBlock { options, block }: ScopedBlock) -> TokenStream {
         let #result = match ::gpu_scope::__private::Guard::try_enter(#opts) {
             ::core::result::Result::Ok(#exit) => {
                 let #value = #block;
-                #collect
-                match #exit.try_exit(#kept) {
+                #[allow(unreachable_code)]
+                let #err = {
+                    #collect
+                    #exit.try_exit(#kept)
+                };
+                match #err {
                     ::core::result::Result::Ok(()) => ::core::result::Result::Ok(#value),
                     ::core::result::Result::Err(#err) => ::core::result::Result::Err(#err),
                 }

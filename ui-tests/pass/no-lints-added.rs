@@ -1,5 +1,6 @@
-// The expansion adds no lint of its own to the user's code: a one-expression body (which
-// wrapped in a block of ours would be `unused_braces`), under `deny(warnings)`.
+// The expansions add no lint of their own to the user's code, under `deny(warnings)`: a
+// one-expression body (`unused_braces` if wrapped in a block of ours), and `scope!` blocks that
+// never end normally (the check after them would be `unreachable_code`).
 #![deny(warnings)]
 use gpu_scope::gpu_scope;
 use tch::Tensor;
@@ -29,7 +30,29 @@ fn stop(message: &str) -> ! {
     panic!("{message}")
 }
 
+fn returns_early() -> i32 {
+    gpu_scope::scope!({
+        return 3;
+    })
+}
+
+fn returns_early_or_fails() -> Result<i32, gpu_scope::Error> {
+    gpu_scope::scope!(on_escape = error, {
+        return Ok(4);
+    })
+}
+
+fn breaks_out() -> Tensor {
+    loop {
+        gpu_scope::scope!({
+            break Tensor::from(2.0);
+        })
+    }
+}
+
 fn main() {
+    assert_eq!((returns_early(), returns_early_or_fails().unwrap()), (3, 4));
+    let _ = breaks_out();
     let t = Tensor::from(1.0);
     let _ = (one(&t), fallible(&t).unwrap());
     drop(later(1.0));
