@@ -102,7 +102,7 @@ impl Options {
         if look.peek(kw::name) {
             let key = input.parse::<kw::name>()?.span;
             set(&mut self.name, key, "name", || {
-                input.parse::<Token![=]>()?;
+                equals(input, "name = \"step\"")?;
                 Ok(match input.parse::<Expr>()? {
                     Expr::Lit(syn::ExprLit {
                         lit: syn::Lit::Str(lit),
@@ -114,19 +114,19 @@ impl Options {
         } else if look.peek(kw::on_escape) {
             let key = input.parse::<kw::on_escape>()?.span;
             set(&mut self.on_escape, key, "on_escape", || {
-                input.parse::<Token![=]>()?;
+                equals(input, "on_escape = panic | warn | error | ignore")?;
                 parse_policy(input)
             })
         } else if look.peek(kw::release) {
             let key = input.parse::<kw::release>()?.span;
             set(&mut self.release, key, "release", || {
-                input.parse::<Token![=]>()?;
+                equals(input, "release = outermost | always | never | \"<size>\"")?;
                 parse_release(input)
             })
         } else if look.peek(kw::max_peak) {
             let key = input.parse::<kw::max_peak>()?.span;
             set(&mut self.max_peak, key, "max_peak", || {
-                input.parse::<Token![=]>()?;
+                equals(input, "max_peak = \"1.5 GiB\"")?;
                 Ok(match input.parse::<Expr>()? {
                     Expr::Lit(syn::ExprLit {
                         lit: syn::Lit::Str(lit),
@@ -150,13 +150,18 @@ impl Options {
         } else if look.peek(kw::device) {
             let key = input.parse::<kw::device>()?.span;
             set(&mut self.device, key, "device", || {
-                input.parse::<Token![=]>()?;
+                equals(input, "device = Device::Cuda(0)")?;
                 input.parse()
             })
         } else if look.peek(kw::keep) {
             let key = input.parse::<kw::keep>()?.span;
             set(&mut self.keep, key, "keep", || {
-                input.parse::<Token![=]>()?;
+                equals(input, "keep = [cache, &x]")?;
+                if !input.peek(syn::token::Bracket) {
+                    return Err(
+                        input.error("expected a list in square brackets: `keep = [cache, &x]`")
+                    );
+                }
                 let content;
                 syn::bracketed!(content in input);
                 let list = Punctuated::<Expr, Token![,]>::parse_terminated(&content)?;
@@ -268,4 +273,13 @@ fn size_literal(lit: &LitStr) -> syn::Result<u64> {
             ),
         )
     })
+}
+
+/// The `=` after an option's name, or an error that shows the option written out.
+fn equals(input: ParseStream, example: &str) -> syn::Result<()> {
+    if input.peek(Token![=]) {
+        input.parse::<Token![=]>()?;
+        return Ok(());
+    }
+    Err(input.error(format!("expected `=`: write `{example}`")))
 }

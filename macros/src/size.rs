@@ -3,6 +3,11 @@
 /// Parses `"123"`, `"64 KiB"`, `"2 GiB"`, `"1.5 GB"`, ... into bytes.
 pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
     let text = text.trim();
+    if text.starts_with('-') {
+        return Err(format!(
+            "`{text}` is negative: a size is a number of bytes, 0 or more"
+        ));
+    }
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(text.len());
@@ -23,6 +28,9 @@ pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
         other => return Err(format!("unknown unit `{other}`")),
     };
     let bytes = value * scale as f64;
+    if scale == 1 && bytes.fract() != 0.0 {
+        return Err(format!("`{text}` is not a whole number of bytes"));
+    }
     if !bytes.is_finite() || bytes > u64::MAX as f64 {
         return Err(format!("`{text}` is too large"));
     }
