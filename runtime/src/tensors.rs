@@ -213,13 +213,6 @@ impl Tensors for tch::nn::Optimizer {
     }
 }
 
-/// libtorch's optimizer: its parameters and state are private to it (not inspected).
-impl Tensors for tch::COptimizer {
-    fn visit(&self, set: &mut StorageSet) {
-        set.add_uninspected("tch::COptimizer");
-    }
-}
-
 /// tch keeps these modules' tensors private: a scope cannot list them. They are the variables
 /// of the `VarStore` the module was built from, so keeping that `VarStore` keeps them; without
 /// it, memory nothing else keeps is reported as not inspected rather than escaped.
@@ -323,6 +316,9 @@ leaf!(
     tch::nn::Adam,
     tch::nn::AdamW,
     tch::nn::RmsProp,
+    // libtorch's optimizer keeps its parameters and state private: the parameters are the
+    // caller's, and its state is recognised when it is made (as for `nn::Optimizer`).
+    tch::COptimizer,
     crate::DeviceId,
     crate::ScopeHandle,
     crate::ScopeReport,
