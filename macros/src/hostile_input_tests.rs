@@ -68,9 +68,17 @@ fn malformed_attribute_options() {
     let cases: &[(&str, Option<&str>, &str)] = &[
         ("bogus", Some("bogus"), "unknown option `bogus`"),
         ("name", None, "expected `=`: write `name = \"step\"`"),
-        ("device", None, "expected `=`: write `device = Device::Cuda(0)`"),
+        (
+            "device",
+            None,
+            "expected `=`: write `device = Device::Cuda(0)`",
+        ),
         ("max_peak = \"-1 MiB\"", Some("\"-1 MiB\""), "is negative"),
-        ("max_peak = \"1.5 B\"", Some("\"1.5 B\""), "not a whole number of bytes"),
+        (
+            "max_peak = \"1.5 B\"",
+            Some("\"1.5 B\""),
+            "not a whole number of bytes",
+        ),
         ("name =", None, "unexpected end of input"),
         (
             "on_escape = explode",
@@ -186,9 +194,17 @@ fn malformed_blocks() {
         ("name = \"x\",", None, "needs a block"),
         ("{ 1 } 2", Some("2"), "nothing may follow"),
         ("{ x.await }", Some("await"), "`.await` inside `scope!`"),
-        ("keep = x, { 1 }", Some("x"), "expected a list in square brackets"),
+        (
+            "keep = x, { 1 }",
+            Some("x"),
+            "expected a list in square brackets",
+        ),
         ("x", None, "needs a block"),
-        ("name, { 1 }", Some(","), "expected `=`: write `name = \"step\"`"),
+        (
+            "name, { 1 }",
+            Some(","),
+            "expected `=`: write `name = \"step\"`",
+        ),
         ("keep = [1 +], { 1 }", Some("]"), "expected an expression"),
         ("keep = [], keep = [], { 1 }", Some("keep"), "given twice"),
         (
