@@ -175,8 +175,14 @@ impl OpenScope {
         } else {
             Released::default()
         };
-        let unseen = (untracked, uninspected);
-        let report = self.report(&mut closed, &kept, unseen, released, checked);
+        let report = self.report(
+            &mut closed,
+            &kept,
+            untracked,
+            uninspected,
+            released,
+            checked,
+        );
         if !report.escaped.is_empty() && !self.attributed && attribution() == Attribution::OnLeak {
             sites::leaked(self.opts.location);
         }
@@ -210,7 +216,8 @@ impl OpenScope {
         &mut self,
         closed: &mut Closed,
         kept: &StorageSet,
-        (untracked, uninspected): (Vec<Untracked>, Vec<&'static str>),
+        untracked: Vec<Untracked>,
+        uninspected: Vec<&'static str>,
         released: Released,
         checked: bool,
     ) -> ScopeReport {

@@ -389,16 +389,14 @@ impl fmt::Display for ScopeReport {
                  listed, so unkept memory was counted under `autograd graph`, not as escaped"
             )?;
         }
-        if self.held_by(HeldBy::Uninspected) > 0 || !self.uninspected_kept.is_empty() {
+        // Memory counted as not inspected always comes with the values that made it so.
+        if !self.uninspected_kept.is_empty() {
             writeln!(
                 f,
                 "  note: kept {} could not be looked into (a lock held elsewhere, or a tch type \
                  that keeps its tensors private); memory nothing else keeps was not judged \
                  (`not inspected`), not called escaped",
-                match self.uninspected_kept.as_slice() {
-                    [] => "a value".to_owned(),
-                    names => names.join(", "),
-                }
+                self.uninspected_kept.join(", ")
             )?;
         }
         if !self.escaped.is_empty() {

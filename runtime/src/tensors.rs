@@ -91,17 +91,13 @@ impl StorageSet {
         };
         // A set a closed frame or an earlier exit gave back: collecting what a scope hands
         // back allocates nothing in the steady state.
+        let key = |s: &ffi::Storage| (s.ptr as usize, DeviceId::from_raw(s.dev_type, s.dev_index));
         crate::ledger::spare_keys::refill(&mut self.keys);
-        for s in storages {
-            self.keys
-                .insert((s.ptr as usize, DeviceId::from_raw(s.dev_type, s.dev_index)));
-        }
+        self.keys.extend(storages.iter().map(key));
         if flags & ffi::TENSOR_HAS_GRAPH != 0 {
             self.autograd_graph = true;
         }
-        storages
-            .first()
-            .map(|s| (s.ptr as usize, DeviceId::from_raw(s.dev_type, s.dev_index)))
+        storages.first().map(key)
     }
 
     /// Records a kept value whose tensors are partly private, with `listed`, one of those that
