@@ -425,8 +425,10 @@ int gs_thread_leave(void) noexcept {
 
 int gs_set_grad_enabled(int enabled, int* previous) noexcept {
   return protect([&] {
-    *previous = c10::GradMode::is_enabled() ? 1 : 0;
-    c10::GradMode::set_enabled(enabled != 0);
+    const bool was = c10::GradMode::is_enabled();
+    *previous = was ? 1 : 0;
+    // A nested scope finds autograd off already: no second thread-local write.
+    if (was != (enabled != 0)) c10::GradMode::set_enabled(enabled != 0);
   });
 }
 

@@ -150,7 +150,8 @@ impl OpenScope {
                 ledger::close(&inner, Some(&Arc::from(chain.clone())), &KeepAll);
             }
         }
-        let checked = check && self.frame.is_open();
+        // `finish` found the frame open, and only this scope closes it.
+        let checked = check;
         let (mut untracked, mut uninspected) = (Vec::new(), Vec::new());
         let mut closed = if checked {
             let mut check = Check::prepare(&self.frame, &kept);
@@ -163,14 +164,16 @@ impl OpenScope {
             ledger::close(&self.frame, enclosing.as_ref(), &KeepAll)
         };
         self.suspend();
-        let released = if checked {
-            let used: Vec<DeviceId> = closed
+        let accelerators = || {
+            closed
                 .stats
                 .devices
                 .iter()
                 .map(|(d, _)| *d)
                 .filter(|d| !d.is_cpu())
-                .collect();
+        };
+        let released = if checked && accelerators().next().is_some() {
+            let used: Vec<DeviceId> = accelerators().collect();
             release::run(self.opts.release, enclosing.is_none(), &used)
         } else {
             Released::default()
@@ -221,9 +224,9 @@ impl OpenScope {
         released: Released,
         checked: bool,
     ) -> ScopeReport {
-        let mut escaped: Vec<Escape> = std::mem::take(&mut closed.escaped)
-            .into_iter()
-            .map(|((address, device), e)| {
+        let mut escaped: Vec<Escape> = Vec::new();
+        escaped.extend(std::mem::take(&mut closed.escaped).into_iter().map(
+            |((address, device), e)| {
                 let about = e.about.map(|a| *a).unwrap_or_default();
                 Escape {
                     bytes: e.bytes,
@@ -235,8 +238,8 @@ impl OpenScope {
                     dtype: about.tensor.as_ref().map(|(_, d)| *d),
                     backtrace: about.backtrace.map(crate::trace::format),
                 }
-            })
-            .collect();
+            },
+        ));
         escaped.sort_unstable_by_key(|e| (std::cmp::Reverse(e.bytes), e.address));
         let held = group_held(&closed.held);
         let mut devices: Vec<DeviceReport> = closed

@@ -284,26 +284,54 @@ pub(crate) fn set_last(report: &ScopeReport) {
     });
 }
 
-/// `*last = report.clone()` reusing `last`'s buffers: no allocation at a clean exit. The
-/// fields not named are copied (`..*report` takes `Copy` fields only, so a new field that owns
-/// memory cannot be forgotten here: it does not compile until it is named).
+/// `last.clone_from(report)` field by field, reusing `last`'s buffers: no allocation and no
+/// move of the whole report at a clean exit. The pattern names every field, so a new field
+/// does not compile until it is copied here too.
 fn overwrite(last: &mut ScopeReport, report: &ScopeReport) {
-    fn reuse<T: Clone>(old: &mut Vec<T>, new: &[T]) -> Vec<T> {
-        let mut buffer = std::mem::take(old);
-        buffer.clear();
-        buffer.extend_from_slice(new);
-        buffer
-    }
-    *last = ScopeReport {
-        name: report.name.clone(),
-        devices: reuse(&mut last.devices, &report.devices),
-        escaped: reuse(&mut last.escaped, &report.escaped),
-        held: reuse(&mut last.held, &report.held),
-        opaque_kept: reuse(&mut last.opaque_kept, &report.opaque_kept),
-        uninspected_kept: reuse(&mut last.uninspected_kept, &report.uninspected_kept),
-        untracked: reuse(&mut last.untracked, &report.untracked),
-        ..*report
-    };
+    let ScopeReport {
+        name,
+        location,
+        devices,
+        allocations,
+        allocated,
+        requested,
+        freed,
+        peak,
+        kept,
+        escaped_bytes,
+        escaped_requested,
+        escaped,
+        held,
+        opaque_kept,
+        uninspected_kept,
+        untracked,
+        cache_released,
+        released,
+        max_peak,
+        checked,
+        attributed,
+        started,
+        elapsed,
+    } = report;
+    last.name.clone_from(name);
+    last.devices.clone_from(devices);
+    last.escaped.clone_from(escaped);
+    last.held.clone_from(held);
+    last.opaque_kept.clone_from(opaque_kept);
+    last.uninspected_kept.clone_from(uninspected_kept);
+    last.untracked.clone_from(untracked);
+    last.location = location;
+    (last.allocations, last.allocated, last.requested, last.freed) =
+        (*allocations, *allocated, *requested, *freed);
+    (
+        last.peak,
+        last.kept,
+        last.escaped_bytes,
+        last.escaped_requested,
+    ) = (*peak, *kept, *escaped_bytes, *escaped_requested);
+    (last.cache_released, last.released, last.max_peak) = (*cache_released, *released, *max_peak);
+    (last.checked, last.attributed, last.started, last.elapsed) =
+        (*checked, *attributed, *started, *elapsed);
 }
 
 fn human_duration(d: Duration) -> String {
