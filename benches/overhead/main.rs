@@ -72,7 +72,10 @@ fn main() {
     tch::manual_seed(0);
     let mut table = vec![];
     for (name, bench) in rows::ALL {
-        if only.as_ref().is_some_and(|o| !name.contains(o.as_str())) {
+        if only
+            .as_ref()
+            .is_some_and(|o| !o.split(',').any(|o| name.contains(o)))
+        {
             continue;
         }
         eprintln!("running {name} ...");

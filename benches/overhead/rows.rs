@@ -36,6 +36,9 @@ fn mlp512(p: &nn::Path) -> nn::Sequential {
     mlp_of(p, 512)
 }
 
+/// Options located at the caller: a scope that leaks on purpose (the exit rows' error path)
+/// turns attribution on for its own call site only, not for every later row's scopes.
+#[track_caller]
 fn opts(name: &'static str) -> ScopeOptions {
     ScopeOptions::new(name).on_escape(EscapePolicy::Error)
 }
@@ -230,23 +233,26 @@ fn exit_cost() -> Vec<Row> {
         .collect()
 }
 
-fn model_switch() -> Vec<Row> {
-    let _no_grad = tch::no_grad_guard();
+/// The demo's three models saved in a temporary directory, and a switch through all three
+/// (each loaded into a fresh VarStore, run on a batch of 8, dropped), scoped or not.
+fn switching() -> (std::path::PathBuf, impl Fn(bool)) {
     let dir = std::env::temp_dir().join(format!("gpu-scope-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let file = |k: models::Kind| dir.join(format!("{}.safetensors", k.name()));
+    let file =
+        move |k: models::Kind, dir: &std::path::Path| dir.join(format!("{}.safetensors", k.name()));
     for kind in models::ALL {
         let vs = nn::VarStore::new(Device::Cpu);
         let _m = kind.build(&vs.root());
-        vs.save(file(kind)).expect("weights saved");
+        vs.save(file(kind, &dir)).expect("weights saved");
     }
-    let round = |kind: models::Kind| {
+    let at = dir.clone();
+    let round = move |kind: models::Kind| {
         let mut vs = nn::VarStore::new(Device::Cpu);
         let m = kind.build(&vs.root());
-        vs.load(file(kind)).expect("weights load");
+        vs.load(file(kind, &at)).expect("weights load");
         m.forward(&kind.input(8, Device::Cpu))
     };
-    let all = |scope: bool| {
+    let all = move |scope: bool| {
         for kind in models::ALL {
             drop(if scope {
                 scoped(|| round(kind))
@@ -255,6 +261,12 @@ fn model_switch() -> Vec<Row> {
             });
         }
     };
+    (dir, all)
+}
+
+fn model_switch() -> Vec<Row> {
+    let _no_grad = tch::no_grad_guard();
+    let (dir, all) = switching();
     let r = interleave(21, 5, || all(false), || all(true));
     let _ = std::fs::remove_dir_all(&dir);
     vec![Row::ratio(
@@ -291,11 +303,17 @@ pub fn repeat(what: &str, n: usize) {
     let model = mlp_of(&vs.root(), 256);
     let x = Tensor::randn([1, 256], (Kind::Float, Device::Cpu));
     let empty = || drop(Scope::enter(opts("empty")).unwrap().exit(&()).unwrap());
+    let (dir, switch) = switching();
     let mut f: Box<dyn FnMut()> = match what {
         "unscoped" => Box::new(|| drop(model.forward(&x))),
         "scoped" => Box::new(|| drop(scoped(|| model.forward(&x)))),
         "empty" | "nested" => Box::new(empty),
-        _ => panic!("--repeat takes unscoped, scoped, empty or nested, not {what}"),
+        "switch-unscoped" => Box::new(|| switch(false)),
+        "switch-scoped" => Box::new(|| switch(true)),
+        _ => panic!(
+            "--repeat takes unscoped, scoped, empty, nested, switch-unscoped or switch-scoped, \
+             not {what}"
+        ),
     };
     let outer = (what == "nested").then(|| Scope::enter(opts("outer")).unwrap());
     for _ in 0..50 {
@@ -305,6 +323,7 @@ pub fn repeat(what: &str, n: usize) {
     if let Some(outer) = outer {
         outer.exit(&()).unwrap();
     }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// What callgrind counts (`--toggle-collect=overhead::rows::run`).
