@@ -62,7 +62,10 @@ pub struct ScopeOptions {
 }
 
 impl ScopeOptions {
-    /// Options for a scope called `name`, located at the caller.
+    /// Options for a scope called `name`, located at the caller. The location names the scope
+    /// in reports and is the place that on-leak attribution remembers: a helper that builds
+    /// options for several scopes should be `#[track_caller]` too, or all its scopes are one
+    /// place (one leak among them then attributes them all).
     #[track_caller]
     pub fn new(name: impl Into<Cow<'static, str>>) -> Self {
         ScopeOptions {
