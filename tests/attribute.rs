@@ -242,6 +242,30 @@ fn grad_mode_option() {
     assert!(!without_grad());
 }
 
+#[gpu_scope(keep_grad)]
+fn nested_in_a_grad_scope() -> (bool, bool) {
+    (without_grad(), tracks_grad())
+}
+
+#[gpu_scope]
+fn nested_in_a_no_grad_scope() -> (bool, bool) {
+    (without_grad(), tracks_grad())
+}
+
+/// A scope gives back the autograd mode it found, whether it had to change it or (nested in
+/// a scope that turned it off) found it off already.
+#[test]
+fn autograd_mode_comes_back_after_nested_scopes() {
+    assert_eq!(nested_in_a_grad_scope(), (false, true));
+    assert_eq!(nested_in_a_no_grad_scope(), (false, false));
+    assert!(tracks_grad(), "on again outside every scope");
+    tch::no_grad(|| {
+        assert_eq!(nested_in_a_grad_scope(), (false, false));
+        assert!(!tracks_grad(), "off again, as the caller had it");
+    });
+    assert!(tracks_grad());
+}
+
 #[gpu_scope(on_escape = warn)]
 unsafe fn unsafe_fn(p: *const i64) -> i64 {
     // SAFETY: the caller passes a valid pointer.
