@@ -1,6 +1,6 @@
 //! What the macros are given, parsed: options and a function, or options and a block.
 use crate::options::{Form, Options};
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::{Delimiter, Span, TokenStream, TokenTree};
 use syn::parse::{Parse, ParseStream, Parser};
 use syn::{Block, Item, ItemFn, Token, TraitItemFn};
 
@@ -53,10 +53,10 @@ const NEEDS_BLOCK: &str =
 impl Parse for ScopedBlock {
     fn parse(input: ParseStream) -> syn::Result<Self> {
         // Without a block anywhere, say so first (rather than find fault with the options).
-        let tokens: proc_macro2::TokenStream = input.fork().parse()?;
-        let any_block = tokens.into_iter().any(|tt| {
-            matches!(tt, proc_macro2::TokenTree::Group(g) if g.delimiter() == proc_macro2::Delimiter::Brace)
-        });
+        let tokens: TokenStream = input.fork().parse()?;
+        let any_block = tokens
+            .into_iter()
+            .any(|tt| matches!(tt, TokenTree::Group(g) if g.delimiter() == Delimiter::Brace));
         let options = match Options::parse(input, Form::Block) {
             Err(_) if !any_block => return Err(syn::Error::new(Span::call_site(), NEEDS_BLOCK)),
             options => options?,

@@ -650,10 +650,7 @@ fn position(entry: &Entry, frame: &Arc<Frame>) -> u8 {
 
 /// Whether `entry` is charged to every frame of `chain`.
 fn charged_to(entry: &Entry, chain: &Chain) -> bool {
-    let charged = entry.chain.as_deref().unwrap_or(&[]);
-    chain
-        .iter()
-        .all(|f| charged.iter().any(|c| Arc::ptr_eq(c, f)))
+    chain.iter().all(|f| entry.charged_to_frame(f))
 }
 
 /// Gives `entry` to the innermost frame of `chain`. Frames of `chain` it was not charged to
@@ -661,10 +658,9 @@ fn charged_to(entry: &Entry, chain: &Chain) -> bool {
 fn hand_on(key: Key, entry: &mut Entry, chain: &Chain) {
     let owner = &chain[0];
     owner.lock().keys.insert(key);
-    let charged = entry.chain.clone().unwrap_or_else(|| Arc::from(vec![]));
     let new: Vec<&Arc<Frame>> = chain
         .iter()
-        .filter(|f| !charged.iter().any(|c| Arc::ptr_eq(c, f)))
+        .filter(|f| !entry.charged_to_frame(f))
         .collect();
     if new.is_empty() {
         entry.owner = position(entry, owner);
@@ -678,10 +674,12 @@ fn hand_on(key: Key, entry: &mut Entry, chain: &Chain) {
                 .both(key.1, |c| c.alloc(entry.bytes, entry.asked()));
         }
     }
-    let merged: Vec<Arc<Frame>> = charged
+    let merged: Vec<Arc<Frame>> = entry
+        .chain
         .iter()
+        .flat_map(|c| c.iter())
+        .chain(new)
         .cloned()
-        .chain(new.into_iter().cloned())
         .collect();
     entry.chain = Some(Arc::from(merged));
     entry.owner = position(entry, owner);

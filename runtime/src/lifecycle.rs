@@ -122,7 +122,7 @@ impl OpenScope {
         policy::act(policy, report)
     }
 
-    fn end(&mut self, kept: StorageSet, check: bool) -> ScopeReport {
+    fn end(&mut self, kept: StorageSet, checked: bool) -> ScopeReport {
         self.closed = true;
         if let Some(previous) = self.placed.as_mut().and_then(|p| p.grad.take()) {
             grad::restore(previous);
@@ -150,8 +150,8 @@ impl OpenScope {
                 ledger::close(&inner, Some(&Arc::from(chain.clone())), &KeepAll);
             }
         }
-        // `finish` found the frame open, and only this scope closes it.
-        let checked = check;
+        // A checked end comes from `finish`, which found the frame open; only this scope
+        // closes it.
         let (mut untracked, mut uninspected) = (Vec::new(), Vec::new());
         let mut closed = if checked {
             let mut check = Check::prepare(&self.frame, &kept);
