@@ -238,18 +238,17 @@ fn exit_cost() -> Vec<Row> {
 fn switching() -> (std::path::PathBuf, impl Fn(bool)) {
     let dir = std::env::temp_dir().join(format!("gpu-scope-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let file =
-        move |k: models::Kind, dir: &std::path::Path| dir.join(format!("{}.safetensors", k.name()));
+    let weights = dir.clone();
+    let file = move |k: models::Kind| weights.join(format!("{}.safetensors", k.name()));
     for kind in models::ALL {
         let vs = nn::VarStore::new(Device::Cpu);
         let _m = kind.build(&vs.root());
-        vs.save(file(kind, &dir)).expect("weights saved");
+        vs.save(file(kind)).expect("weights saved");
     }
-    let at = dir.clone();
     let round = move |kind: models::Kind| {
         let mut vs = nn::VarStore::new(Device::Cpu);
         let m = kind.build(&vs.root());
-        vs.load(file(kind, &at)).expect("weights load");
+        vs.load(file(kind)).expect("weights load");
         m.forward(&kind.input(8, Device::Cpu))
     };
     let all = move |scope: bool| {
