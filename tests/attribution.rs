@@ -13,6 +13,15 @@ use tch::Tensor;
 
 static CACHE: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
 
+/// One place in the code, reached from any thread; leaks when asked to.
+fn at_shared_place(leak: bool) -> Result<gpu_scope::ScopeReport, gpu_scope::Error> {
+    let scope = Scope::enter(strict("shared place")).unwrap();
+    if leak {
+        CACHE.lock().unwrap().push(floats(16));
+    }
+    scope.exit(&())
+}
+
 fn leak_one() -> gpu_scope::ScopeReport {
     let scope = Scope::enter(strict("leak")).unwrap();
     CACHE.lock().unwrap().push(floats(256));
@@ -69,5 +78,27 @@ fn attribution_can_be_switched_off_and_on() {
         !elsewhere.attributed,
         "other places stay unattributed: {elsewhere}"
     );
+
+    // A thread remembers its answer for a place; a leak there on another thread still turns
+    // attribution on for the place's next scope on it.
+    let turn = std::sync::Barrier::new(2);
+    std::thread::scope(|s| {
+        let other = s.spawn(|| {
+            let before = at_shared_place(false).unwrap();
+            turn.wait();
+            turn.wait();
+            (before, at_shared_place(false).unwrap())
+        });
+        turn.wait();
+        let leak = escaped(at_shared_place(true));
+        assert!(!leak.attributed, "the place's first leak: {leak}");
+        turn.wait();
+        let (before, after) = other.join().unwrap();
+        assert!(!before.attributed, "before the place leaked: {before}");
+        assert!(
+            after.attributed,
+            "after it leaked on another thread: {after}"
+        );
+    });
     CACHE.lock().unwrap().clear();
 }
