@@ -55,7 +55,14 @@ fn main() {
         return;
     }
     if let Some(i) = args.iter().position(|a| a == "--repeat") {
-        rows::repeat(&args[i + 1], args[i + 2].parse().expect("--repeat WHAT N"));
+        let width = args
+            .get(i + 3)
+            .map_or(256, |w| w.parse().expect("--repeat WHAT N WIDTH"));
+        rows::repeat(
+            &args[i + 1],
+            args[i + 2].parse().expect("--repeat WHAT N"),
+            width,
+        );
         return;
     }
     let only = args

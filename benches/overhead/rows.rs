@@ -313,15 +313,15 @@ pub fn child(mode: &str) {
 }
 
 /// `n` repetitions of one workload and nothing else, for instruction counts under callgrind
-/// (`--repeat WHAT N`, BENCHMARKS.md): the 3x256 MLP pass `unscoped` or `scoped`, or an
-/// `empty` scope, outermost or `nested` in an open one.
-pub fn repeat(what: &str, n: usize) {
+/// (`--repeat WHAT N [WIDTH]`, BENCHMARKS.md): the MLP pass (3x256 unless WIDTH says)
+/// `unscoped` or `scoped`, or an `empty` scope, outermost or `nested` in an open one.
+pub fn repeat(what: &str, n: usize, width: i64) {
     tch::set_num_threads(1);
     tch::manual_seed(0);
     let _no_grad = tch::no_grad_guard();
     let vs = nn::VarStore::new(Device::Cpu);
-    let model = mlp_of(&vs.root(), 256);
-    let x = Tensor::randn([1, 256], (Kind::Float, Device::Cpu));
+    let model = mlp_of(&vs.root(), width);
+    let x = Tensor::randn([1, width], (Kind::Float, Device::Cpu));
     let empty = || drop(Scope::enter(opts("empty")).unwrap().exit(&()).unwrap());
     // Only the switch rows build their models: the others count a heap that nothing else used.
     let switch = what.starts_with("switch-").then(switching);
