@@ -13,7 +13,7 @@
 use crate::check::Check;
 use crate::config::{attribution, Attribution};
 use crate::device::DeviceId;
-use crate::ledger::{self, Closed, Frame, KeepAll};
+use crate::ledger::{self, Chain, Closed, Frame, KeepAll};
 use crate::memory::{self, check_device};
 use crate::options::ScopeOptions;
 use crate::release::{self, Released};
@@ -137,18 +137,8 @@ impl OpenScope {
             }
             None => (vec![], thread::chain()),
         };
-        // Scopes opened inside this one and still open end first, unchecked, into it.
         if !above.is_empty() {
-            let mut chain: Vec<Arc<Frame>> =
-                enclosing.iter().flat_map(|c| c.iter().cloned()).collect();
-            chain.insert(0, self.frame.clone());
-            for inner in above.iter().rev() {
-                chain.insert(0, inner.clone());
-            }
-            for _ in 0..above.len() {
-                let inner = chain.remove(0);
-                ledger::close(&inner, Some(&Arc::from(chain.clone())), &KeepAll);
-            }
+            close_inner(&self.frame, &above, enclosing.as_ref());
         }
         // A checked end comes from `finish`, which found the frame open; only this scope
         // closes it.
@@ -224,24 +214,17 @@ impl OpenScope {
         released: Released,
         checked: bool,
     ) -> ScopeReport {
-        let mut escaped: Vec<Escape> = Vec::new();
-        escaped.extend(std::mem::take(&mut closed.escaped).into_iter().map(
-            |((address, device), e)| {
-                let about = e.about.map(|a| *a).unwrap_or_default();
-                Escape {
-                    bytes: e.bytes,
-                    requested: (e.requested > 0).then_some(e.requested),
-                    device,
-                    address,
-                    operator: about.op,
-                    shape: about.tensor.as_ref().map(|(s, _)| s.to_vec()),
-                    dtype: about.tensor.as_ref().map(|(_, d)| *d),
-                    backtrace: about.backtrace.map(crate::trace::format),
-                }
-            },
-        ));
-        escaped.sort_unstable_by_key(|e| (std::cmp::Reverse(e.bytes), e.address));
-        let held = group_held(&closed.held);
+        // What a clean scope does not have is built out of line: its exit stays short.
+        let escaped = if closed.escaped.is_empty() {
+            Vec::new()
+        } else {
+            escapes(std::mem::take(&mut closed.escaped))
+        };
+        let held = if closed.held.is_empty() {
+            Vec::new()
+        } else {
+            group_held(&closed.held)
+        };
         let mut devices: Vec<DeviceReport> = closed
             .stats
             .devices
@@ -306,7 +289,48 @@ impl OpenScope {
     }
 }
 
+/// Scopes opened inside `frame` and still open end first, unchecked, into it (innermost
+/// first, each into the next).
+#[cold]
+#[inline(never)]
+fn close_inner(frame: &Arc<Frame>, above: &[Arc<Frame>], enclosing: Option<&Chain>) {
+    let mut chain: Vec<Arc<Frame>> = enclosing.iter().flat_map(|c| c.iter().cloned()).collect();
+    chain.insert(0, frame.clone());
+    for inner in above.iter().rev() {
+        chain.insert(0, inner.clone());
+    }
+    for _ in 0..above.len() {
+        let inner = chain.remove(0);
+        ledger::close(&inner, Some(&Arc::from(chain.clone())), &KeepAll);
+    }
+}
+
+/// The escaped allocations, largest first.
+#[cold]
+#[inline(never)]
+fn escapes(closed: Vec<(ledger::Key, ledger::Entry)>) -> Vec<Escape> {
+    let mut escaped: Vec<Escape> = closed
+        .into_iter()
+        .map(|((address, device), e)| {
+            let about = e.about.map(|a| *a).unwrap_or_default();
+            Escape {
+                bytes: e.bytes,
+                requested: (e.requested > 0).then_some(e.requested),
+                device,
+                address,
+                operator: about.op,
+                shape: about.tensor.as_ref().map(|(s, _)| s.to_vec()),
+                dtype: about.tensor.as_ref().map(|(_, d)| *d),
+                backtrace: about.backtrace.map(crate::trace::format),
+            }
+        })
+        .collect();
+    escaped.sort_unstable_by_key(|e| (std::cmp::Reverse(e.bytes), e.address));
+    escaped
+}
+
 /// Sums the held allocations by what holds them and by device.
+#[inline(never)]
 fn group_held(held: &[(HeldBy, DeviceId, u64)]) -> Vec<Held> {
     let mut groups: Vec<Held> = Vec::new();
     for &(by, device, bytes) in held {
