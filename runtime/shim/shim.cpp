@@ -362,6 +362,19 @@ int gs_install(void) noexcept {
   });
 }
 
+}  // extern "C"
+
+namespace {
+// The CPU allocator is wrapped when the program starts, before any tensor exists: a storage
+// keeps the allocator it was made with, so a tensor made before the first scope and grown
+// inside one (`resize_`, an `out=` operator) would otherwise allocate past the wrapper, unseen.
+// libc10, which this program links, registered its allocator before this runs; a failure here
+// is reported by the first scope's own call.
+[[maybe_unused]] const int installed_at_start = gs_install();
+}  // namespace
+
+extern "C" {
+
 int gs_thread_enter(const void* owner, int* stepped_aside) noexcept {
   return protect([&] {
     thread_local std::shared_ptr<Reporter> reporter = std::make_shared<Reporter>(owner);
