@@ -13,7 +13,8 @@ pub(crate) struct Check<'a> {
     kept: &'a StorageSet,
     /// Blocks libraries keep on purpose, by what keeps them.
     workspaces: FxHashMap<Key, &'static str>,
-    /// Sizes of the gradients made in the scope (optimizer state has the same sizes).
+    /// Sizes of the gradients made in the scope (optimizer state has the same sizes, as it has
+    /// those of a kept optimizer's variables: `StorageSet::optimized`).
     gradients: FxHashSet<(DeviceId, u64)>,
     /// autocast's cached casts that clearing its cache freed.
     autocast: Vec<(HeldBy, DeviceId, u64)>,
@@ -81,7 +82,12 @@ impl Judge for Check<'_> {
             Fate::Library(HeldBy::Workspace(kind))
         } else if entry.made.backward {
             Fate::HeldOutside(HeldBy::Gradient)
-        } else if entry.made.grad_off && self.gradients.contains(&(key.1, entry.bytes)) {
+        } else if entry.made.grad_off
+            && (self.gradients.contains(&(key.1, entry.bytes))
+                || self.kept.optimized.contains(&(key.1, entry.asked())))
+        {
+            // The size of a gradient made here, or of a kept optimizer's variable (a step
+            // whose backward ran in other scopes: gradient accumulation).
             Fate::HeldOutside(HeldBy::OptimizerState)
         } else if self.kept.autograd_graph && self.graph {
             Fate::HeldOutside(HeldBy::AutogradGraph)

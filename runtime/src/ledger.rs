@@ -89,7 +89,7 @@ impl Entry {
     }
 
     /// What was asked for; where the allocator does not say, the block.
-    fn asked(&self) -> u64 {
+    pub(crate) fn asked(&self) -> u64 {
         if self.requested == 0 {
             self.bytes
         } else {

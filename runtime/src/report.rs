@@ -66,10 +66,12 @@ pub enum HeldBy {
     Workspace(&'static str),
     /// autocast's cache of lower-precision weight copies; the scope cleared the cache on exit.
     AutocastCache,
-    /// Gradients that autograd's backward pass stored in tensors from outside the scope.
+    /// Gradients that autograd's backward pass stored in tensors from outside the scope (any
+    /// block made during a backward pass: see the README's Limits).
     Gradient,
     /// State that an optimizer made lazily for parameters from outside the scope (made with
-    /// autograd off, the size of a gradient made in the scope).
+    /// autograd off, the size of a gradient made in the scope or of a kept optimizer's
+    /// variable).
     OptimizerState,
     /// Not visible: a kept tensor has an autograd graph whose saved tensors cannot be listed.
     AutogradGraph,

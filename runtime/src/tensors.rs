@@ -31,6 +31,9 @@ pub struct StorageSet {
     /// a scope that made that storage, and so built the value.
     pub(crate) private_beside: Vec<(&'static str, Key)>,
     pub(crate) var_store: bool,
+    /// Device and byte size of each variable of a kept optimizer: the state an optimizer makes
+    /// for a variable has its size.
+    pub(crate) optimized: rustc_hash::FxHashSet<(DeviceId, u64)>,
 }
 
 impl Drop for StorageSet {
@@ -205,6 +208,8 @@ impl Tensors for tch::nn::Optimizer {
     fn visit(&self, set: &mut StorageSet) {
         for t in self.trainable_variables() {
             set.add_tensor(&t);
+            let bytes = t.numel() as u64 * t.kind().elt_size_in_bytes() as u64;
+            set.optimized.insert((t.device().into(), bytes));
         }
     }
 }
