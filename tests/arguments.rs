@@ -3,12 +3,13 @@
 //! argument takes with it, and never a real leak next to them.
 mod common;
 use common::floats;
-use gpu_scope::{gpu_scope, last_report, Error, ScopeReport, Tensors};
+use gpu_scope::{gpu_scope, last_report, Error, HeldBy, ScopeReport, Tensors};
 use std::cell::RefCell;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
-use tch::Tensor;
+use tch::nn::{self, Module};
+use tch::{Device, Kind, Tensor};
 
 static SINK: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
 
@@ -194,4 +195,46 @@ fn a_shared_handle_without_the_trait_is_named_in_the_report() {
     kept_nothing(opaque_arc(Arc::clone(&config)));
     let report = last_report().unwrap();
     assert_eq!(report.opaque_kept, ["alloc::sync::Arc<arguments::Opaque>"]);
+}
+
+/// A tch module the function borrows was made before its scope: its tensors, private to tch,
+/// hide no leak (the most common inference signature).
+#[gpu_scope(on_escape = error)]
+fn infer(model: &nn::Sequential, x: &Tensor, leak: bool) -> Result<Tensor, Error> {
+    if leak {
+        SINK.lock().unwrap().push(floats(8));
+    }
+    Ok(model.forward(x))
+}
+
+/// Filled through a cell inside the scope, a module may be the scope's own: not inspected
+/// rather than escaped.
+#[gpu_scope(on_escape = error)]
+fn build_into(slot: &RefCell<Option<nn::Sequential>>) -> Result<(), Error> {
+    let vs = nn::VarStore::new(Device::Cpu);
+    *slot.borrow_mut() = Some(nn::seq().add(nn::linear(vs.root(), 8, 2, Default::default())));
+    Ok(())
+}
+
+#[test]
+fn a_borrowed_module_hides_no_leak_and_one_filled_inside_is_not_judged() {
+    let _serial = common::serial();
+    let vs = nn::VarStore::new(Device::Cpu);
+    let model = nn::seq().add(nn::linear(vs.root(), 8, 2, Default::default()));
+    let x = Tensor::ones([1, 8], (Kind::Float, Device::Cpu));
+    infer(&model, &x, false).unwrap();
+    assert!(last_report().unwrap().is_clean());
+    let err = infer(&model, &x, true).unwrap_err();
+    assert_eq!(err.report().unwrap().escaped.len(), 1, "{err}");
+    SINK.lock().unwrap().clear();
+
+    let slot = RefCell::new(None);
+    build_into(&slot).unwrap();
+    let report = last_report().unwrap();
+    assert!(report.escaped.is_empty(), "{report}");
+    assert_eq!(
+        report.held_by(HeldBy::Uninspected),
+        4 * (8 * 2 + 2),
+        "{report}"
+    );
 }

@@ -2,7 +2,9 @@
 //!
 //! - Borrowed (`&T`, `&mut T`, `&self`, `self: &Arc<Self>`, `self: Pin<&mut Self>`, ...): the
 //!   caller's value; a root, searched after the body. A `&mut` one is left out when the return
-//!   type may borrow from it (it cannot be looked at while that borrow lives).
+//!   type may borrow from it (it cannot be looked at while that borrow lives). A shared one
+//!   (`&T`) was made before the scope: tch modules whose tensors are private to tch hold
+//!   nothing the scope made, unless reached through a cell or lock.
 //! - Owned: moved into the body (`let x = x;`), so that it dies inside the scope.
 //! - Owned handles that share their contents with the caller (`Arc`, `Rc`): a weak handle,
 //!   taken before the body moves the argument, keeps what the caller still holds.
@@ -14,8 +16,8 @@ use syn::{Block, FnArg, Pat, ReturnType, Signature, Token, Type};
 
 #[derive(Default)]
 pub(crate) struct Args {
-    /// Borrowed arguments and receivers.
-    pub roots: Vec<TokenStream>,
+    /// Borrowed arguments and receivers, and whether each is a shared borrow.
+    pub roots: Vec<(TokenStream, bool)>,
     /// Statements that move the owned bindings into the body.
     pub rebinds: Vec<TokenStream>,
     /// Owned arguments that may be `Arc` or `Rc` handles.
@@ -39,12 +41,12 @@ pub(crate) fn classify(sig: &mut Signature, body: &Block) -> Args {
                 let this = r.self_token;
                 match types::receiver(&r.ty) {
                     Receiver::Borrowed { mutable } if !(mutable && may_borrow) => {
-                        args.roots.push(quote!(#this))
+                        args.roots.push((quote!(#this), !mutable))
                     }
                     Receiver::PinnedMut if !may_borrow => {
                         r.mutability.get_or_insert_with(Default::default);
                         args.pinned_self = Some(this);
-                        args.roots.push(quote!(#this));
+                        args.roots.push((quote!(#this), false));
                     }
                     Receiver::Owned => args.owned.push(quote!(#this)),
                     Receiver::Borrowed { .. } | Receiver::PinnedMut => {}
@@ -60,7 +62,7 @@ pub(crate) fn classify(sig: &mut Signature, body: &Block) -> Args {
                 match (types::strip_parens(&pt.ty), name) {
                     (Type::Reference(r), Some(name)) => {
                         if !(r.mutability.is_some() && may_borrow) {
-                            args.roots.push(quote!(#name));
+                            args.roots.push((quote!(#name), r.mutability.is_none()));
                         }
                     }
                     (Type::Reference(_), None) => {}

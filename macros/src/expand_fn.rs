@@ -165,10 +165,12 @@ fn kept_values(args: &Args, ret_ty: Option<&Type>) -> (Vec<TokenStream>, TokenSt
     let mut kept = Kept::default();
     match ret_ty {
         None => {}
-        Some(ty) if types::has_impl_trait(ty) => kept.lenient(local::local(RET, span)),
+        Some(ty) if types::has_impl_trait(ty) => kept.lenient(local::local(RET, span), false),
         Some(ty) => kept.checked(local::local(RET, ty.span()), Some(ty), ty.span()),
     }
-    args.roots.iter().for_each(|root| kept.lenient(root));
+    for (root, shared) in &args.roots {
+        kept.lenient(root, *shared);
+    }
     let mut shares = Vec::new();
     for (i, owned) in args.owned.iter().enumerate() {
         let handle = format_ident!("{}{}", SHARED, i, span = span);

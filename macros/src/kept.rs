@@ -30,11 +30,16 @@ impl Kept {
 
     /// A value kept through `Tensors` where its type implements it; otherwise the report names
     /// its type (autoref specialisation: `ViaTensors` wins where it applies, else `ViaOpaque`).
-    pub(crate) fn lenient(&mut self, value: impl ToTokens) {
+    /// `shared`: a shared borrow of the caller's, made before the scope.
+    pub(crate) fn lenient(&mut self, value: impl ToTokens, shared: bool) {
         let span = Span::mixed_site();
         let kept = local::local(KEPT, span);
-        self.lenient.push(quote_spanned! {span=>
-            (&::gpu_scope::__private::Root(&#value)).__gpu_scope_visit(&mut #kept);
+        let visit = quote_spanned! {span=>
+            (&::gpu_scope::__private::Root(&#value)).__gpu_scope_visit(#kept)
+        };
+        self.lenient.push(match shared {
+            true => quote_spanned!(span=> ::gpu_scope::__private::made_before(&mut #kept, |#kept| #visit);),
+            false => quote_spanned!(span=> { let #kept = &mut #kept; #visit; }),
         });
     }
 

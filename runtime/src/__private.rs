@@ -63,6 +63,13 @@ pub fn run_body<R>(body: impl FnOnce() -> R) -> R {
     body()
 }
 
+/// Visits a value that a scoped function borrows shared (`&T`): the caller made it before the
+/// scope, so tch's private modules in it hold nothing the scope made (unless reached through a
+/// cell or lock, which could have been filled inside).
+pub fn made_before(set: &mut StorageSet, visit: impl FnOnce(&mut StorageSet)) {
+    set.made_before(true, visit)
+}
+
 /// A value handed back by a scope, wrapped for autoref specialisation: arguments of a type
 /// without [`Tensors`] are skipped (and named in the report) instead of refused.
 #[allow(missing_debug_implementations)]

@@ -31,6 +31,9 @@ pub struct StorageSet {
     /// a scope that made that storage, and so built the value.
     pub(crate) private_beside: Vec<(&'static str, Key)>,
     pub(crate) var_store: bool,
+    /// Visiting a value made before the scope (a shared borrow of a scoped function): its
+    /// private modules hold nothing the scope made.
+    made_before: bool,
     /// Device and byte size of each variable of a kept optimizer: the state an optimizer makes
     /// for a variable has its size.
     pub(crate) optimized: rustc_hash::FxHashSet<(DeviceId, u64)>,
@@ -167,8 +170,15 @@ impl StorageSet {
         names
     }
 
+    /// Runs `visit` with `made_before` set to `on`, and restores it.
+    pub(crate) fn made_before(&mut self, on: bool, visit: impl FnOnce(&mut Self)) {
+        let was = std::mem::replace(&mut self.made_before, on);
+        visit(self);
+        self.made_before = was;
+    }
+
     fn add_private_module(&mut self, name: &'static str) {
-        if !self.private_modules.contains(&name) {
+        if !self.made_before && !self.private_modules.contains(&name) {
             self.private_modules.push(name);
         }
     }
@@ -408,15 +418,17 @@ iter!(
     Option<T>
 );
 
+/// A cell or lock can be filled through a shared borrow: its contents may be the scope's own
+/// even when the cell was made before it.
 impl<T: Tensors> Tensors for std::sync::OnceLock<T> {
     fn visit(&self, set: &mut StorageSet) {
-        self.get().visit(set)
+        set.made_before(false, |set| self.get().visit(set))
     }
 }
 
 impl<T: Tensors> Tensors for std::cell::OnceCell<T> {
     fn visit(&self, set: &mut StorageSet) {
-        self.get().visit(set)
+        set.made_before(false, |set| self.get().visit(set))
     }
 }
 
@@ -470,7 +482,7 @@ impl<T: Tensors + ?Sized> Tensors for RefCell<T> {
         // Borrowed mutably right now: by this thread, further up the stack, which cannot be
         // waited for.
         match self.try_borrow() {
-            Ok(v) => v.visit(set),
+            Ok(v) => set.made_before(false, |set| v.visit(set)),
             Err(_) => set.add_uninspected(std::any::type_name::<Self>()),
         }
     }
@@ -498,7 +510,7 @@ impl<T: Tensors + ?Sized> Tensors for Mutex<T> {
             Err(TryLockError::WouldBlock) => None,
         });
         match guard {
-            Some(v) => v.visit(set),
+            Some(v) => set.made_before(false, |set| v.visit(set)),
             None => set.add_uninspected(std::any::type_name::<Self>()),
         }
     }
@@ -512,7 +524,7 @@ impl<T: Tensors + ?Sized> Tensors for RwLock<T> {
             Err(TryLockError::WouldBlock) => None,
         });
         match guard {
-            Some(v) => v.visit(set),
+            Some(v) => set.made_before(false, |set| v.visit(set)),
             None => set.add_uninspected(std::any::type_name::<Self>()),
         }
     }
