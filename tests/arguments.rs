@@ -222,7 +222,7 @@ fn a_borrowed_module_hides_no_leak_and_one_filled_inside_is_not_judged() {
     let vs = nn::VarStore::new(Device::Cpu);
     let model = nn::seq().add(nn::linear(vs.root(), 8, 2, Default::default()));
     let x = Tensor::ones([1, 8], (Kind::Float, Device::Cpu));
-    infer(&model, &x, false).unwrap();
+    let _y = infer(&model, &x, false).unwrap();
     assert!(last_report().unwrap().is_clean());
     let err = infer(&model, &x, true).unwrap_err();
     assert_eq!(err.report().unwrap().escaped.len(), 1, "{err}");
