@@ -34,12 +34,13 @@ impl Kept {
     pub(crate) fn lenient(&mut self, value: impl ToTokens, shared: bool) {
         let span = Span::mixed_site();
         let kept = local::local(KEPT, span);
-        let visit = quote_spanned! {span=>
-            (&::gpu_scope::__private::Root(&#value)).__gpu_scope_visit(#kept)
-        };
-        self.lenient.push(match shared {
-            true => quote_spanned!(span=> ::gpu_scope::__private::made_before(&mut #kept, |#kept| #visit);),
-            false => quote_spanned!(span=> { let #kept = &mut #kept; #visit; }),
+        let root = quote_spanned!(span=> (&::gpu_scope::__private::Root(&#value)));
+        self.lenient.push(if shared {
+            quote_spanned! {span=>
+                ::gpu_scope::__private::made_before(&mut #kept, |#kept| #root.__gpu_scope_visit(#kept));
+            }
+        } else {
+            quote_spanned!(span=> #root.__gpu_scope_visit(&mut #kept);)
         });
     }
 
