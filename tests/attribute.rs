@@ -210,6 +210,12 @@ fn budgeted_at_run_time(limit: i64) -> Result<(), Error> {
     Ok(())
 }
 
+#[gpu_scope(on_escape = error, max_peak = limit)]
+fn budgeted_wide(limit: u128) -> Result<(), Error> {
+    drop(floats(10));
+    Ok(())
+}
+
 #[test]
 fn budget_from_an_expression() {
     assert!(budgeted_at_run_time(40).is_ok());
@@ -219,6 +225,10 @@ fn budget_from_an_expression() {
         budgeted_at_run_time(-1),
         Err(Error::OverBudget(_))
     ));
+    // One too large for `u64` is no limit.
+    assert!(budgeted_wide(u128::MAX).is_ok());
+    assert_eq!(last_report().unwrap().max_peak, Some(u64::MAX));
+    assert!(budgeted_wide(39).is_err());
 }
 
 fn tracks_grad() -> bool {

@@ -47,14 +47,21 @@ pub(crate) fn scope_options(
             Bytes::Size(bytes) => quote_spanned!(span=> #bytes),
             // Typed `u64` by the call, so that `8 * 1024 * 1024 * 1024` does not overflow `i32`.
             Bytes::Expr(expr) if literal_arithmetic(expr) => quote!(#expr),
-            // Any integer type; a value that `u64` cannot hold (a negative one) is a budget of
-            // zero bytes, which the scope's first allocation goes over.
-            Bytes::Expr(expr) => quote_spanned! {local::at(expr.span())=>
-                ::core::result::Result::unwrap_or(
-                    <u64 as ::core::convert::TryFrom<_>>::try_from(#expr),
-                    0,
-                )
-            },
+            // Any integer type, evaluated once. A value that `u64` cannot hold is, negative, a
+            // budget of zero bytes (which the scope's first allocation goes over), and too large,
+            // no limit.
+            Bytes::Expr(expr) => quote_spanned! {local::at(expr.span())=> {
+                let bytes = #expr;
+                match <u64 as ::core::convert::TryFrom<_>>::try_from(bytes) {
+                    ::core::result::Result::Ok(bytes) => bytes,
+                    ::core::result::Result::Err(_) => {
+                        match <i128 as ::core::convert::TryFrom<_>>::try_from(bytes) {
+                            ::core::result::Result::Ok(negative) if negative < 0 => 0,
+                            _ => u64::MAX,
+                        }
+                    }
+                }
+            }},
         };
         out.extend(quote_spanned!(span=> .max_peak(#bytes)));
     }
