@@ -230,3 +230,61 @@ fn environment_values_are_read_by_one_rule() {
     let (ok, _, stderr) = run(&[("GPU_SCOPE_ON_ESCAPE", "Panic")]);
     assert!(!ok && stderr.contains("escaped scope `leaky`"), "{stderr}");
 }
+
+/// Under `warn`, each kind of failure at a place is shown in full the first time: an escape
+/// after over-budget exits there still names what escaped.
+#[test]
+fn warn_shows_each_kind_of_failure_in_full_once() {
+    if in_child() {
+        for leak in [false, false, false, true] {
+            let opts = ScopeOptions::new("budget then leak")
+                .on_escape(EscapePolicy::Warn)
+                .max_peak(16);
+            let _ = scope(opts, || {
+                let t = floats(64);
+                if leak {
+                    SINK.lock().unwrap().push(t);
+                }
+            });
+        }
+        return;
+    }
+    let out = child("warn_shows_each_kind_of_failure_in_full_once", &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stderr.matches("over its budget").count(), 2, "{stderr}");
+    assert!(
+        stderr.contains("escaped scope `budget then leak`") && stderr.contains("[64] Float"),
+        "the first escape is in full: {stderr}"
+    );
+}
+
+/// A macro's scope exited after its enclosing scope ended says so under `warn` and `panic`
+/// (its caller sees no `Result` to carry `Error::EndedByEnclosing`).
+#[test]
+fn a_macro_scope_ended_by_its_enclosing_one_says_so() {
+    if in_child() {
+        let mut outer = Some(gpu_scope::Scope::enter(ScopeOptions::new("outer")).unwrap());
+        gpu_scope::scope!(name = "inner", on_escape = warn, {
+            outer.take().unwrap().exit(&()).unwrap();
+        });
+        let mut outer = Some(gpu_scope::Scope::enter(ScopeOptions::new("outer")).unwrap());
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            gpu_scope::scope!(name = "inner", on_escape = panic, {
+                outer.take().unwrap().exit(&()).unwrap();
+            })
+        }));
+        assert!(panicked.is_err(), "exiting `inner` panics");
+        return;
+    }
+    let out = child("a_macro_scope_ended_by_its_enclosing_one_says_so", &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        stderr
+            .matches("scope `inner` was exited after a scope enclosing it had ended")
+            .count(),
+        2,
+        "once warned, once in the panic: {stderr}"
+    );
+}

@@ -28,7 +28,7 @@ impl Guard {
         match OpenScope::enter(opts.clone()) {
             Ok(scope) => Guard { scope: Some(scope) },
             Err(e) => {
-                let _ = policy::entry_failed(&opts, e);
+                let _ = policy::bad_input(opts.policy(), opts.location, e);
                 Guard { scope: None }
             }
         }
@@ -38,7 +38,9 @@ impl Guard {
     pub fn try_enter(opts: ScopeOptions) -> Result<Guard, Error> {
         match OpenScope::enter(opts.clone()) {
             Ok(scope) => Ok(Guard { scope: Some(scope) }),
-            Err(e) => policy::entry_failed(&opts, e).map(|()| Guard { scope: None }),
+            Err(e) => {
+                policy::bad_input(opts.policy(), opts.location, e).map(|()| Guard { scope: None })
+            }
         }
     }
 
@@ -50,7 +52,7 @@ impl Guard {
     /// Checks the scope; `Err` on an escape under `on_escape = error`.
     pub fn try_exit(mut self, kept: StorageSet) -> Result<(), Error> {
         match self.scope.take() {
-            Some(scope) => scope.finish(kept).map(drop),
+            Some(scope) => scope.finish(kept, true).map(drop),
             None => Ok(()),
         }
     }

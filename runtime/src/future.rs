@@ -22,7 +22,7 @@ impl<F: Future> ScopeFuture<F> {
     /// (panic, or a warning and an unscoped future).
     pub fn enter(opts: ScopeOptions, inner: F) -> Self {
         Self::open(opts, inner).unwrap_or_else(|(opts, inner, e)| {
-            let _ = policy::entry_failed(&opts, e);
+            let _ = policy::bad_input(opts.policy(), opts.location, e);
             ScopeFuture {
                 inner: Box::pin(inner),
                 scope: None,
@@ -33,7 +33,7 @@ impl<F: Future> ScopeFuture<F> {
     /// Like [`ScopeFuture::enter`], returning the error under `on_escape = error`.
     pub fn try_enter(opts: ScopeOptions, inner: F) -> Result<Self, Error> {
         Self::open(opts, inner).or_else(|(opts, inner, e)| {
-            policy::entry_failed(&opts, e)?;
+            policy::bad_input(opts.policy(), opts.location, e)?;
             Ok(ScopeFuture {
                 inner: Box::pin(inner),
                 scope: None,
@@ -105,6 +105,6 @@ impl Finish {
             return Ok(());
         };
         scope.resume()?;
-        scope.finish(kept).map(drop)
+        scope.finish(kept, true).map(drop)
     }
 }

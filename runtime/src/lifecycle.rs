@@ -109,14 +109,21 @@ impl OpenScope {
         self.end(kept, check)
     }
 
-    /// Closes with a check, then applies the escape policy.
+    /// Closes with a check, then applies the escape policy. Ending after the enclosing scope
+    /// ended is `Err(EndedByEnclosing)`; with `police` (the macros' scopes, whose callers see
+    /// no `Result` unless the policy is `error`) the escape policy acts on it as on a failed
+    /// entry: a panic, a warning, or the error.
     #[inline]
-    pub(crate) fn finish(self, kept: StorageSet) -> Result<ScopeReport, Error> {
+    pub(crate) fn finish(self, kept: StorageSet, police: bool) -> Result<ScopeReport, Error> {
         let policy = self.opts.policy();
         if !self.frame.is_open() {
-            let name = self.opts.name.clone();
-            drop(self.close(StorageSet::new(), false));
-            return Err(Error::EndedByEnclosing { scope: name });
+            let (name, location) = (self.opts.name.clone(), self.opts.location);
+            let report = self.close(StorageSet::new(), false);
+            let error = Error::EndedByEnclosing { scope: name };
+            return match police {
+                true => policy::bad_input(policy, location, error).map(|()| report),
+                false => Err(error),
+            };
         }
         let report = self.close(kept, true);
         policy::act(policy, report)

@@ -1,8 +1,9 @@
 //! What a scope does about its verdict: the escape policy, decided here and nowhere else.
-use crate::options::{EscapePolicy, ScopeOptions};
+use crate::options::EscapePolicy;
 use crate::report::ScopeReport;
 use crate::Error;
 use std::collections::HashMap;
+use std::mem::Discriminant;
 use std::panic::Location;
 use std::sync::{LazyLock, Mutex};
 
@@ -40,13 +41,18 @@ fn failed(policy: EscapePolicy, report: ScopeReport) -> Result<ScopeReport, Erro
     }
 }
 
-/// A scope could not be entered: under `error` the caller gets the error; otherwise the
-/// scope's code runs unscoped, after a panic (`panic`: unless one is unwinding) or a warning.
-pub(crate) fn entry_failed(opts: &ScopeOptions, error: Error) -> Result<(), Error> {
-    match opts.policy() {
+/// A scope could not be entered, or was ended by its enclosing scope before its own exit:
+/// under `error` the caller gets the error; otherwise, after a panic (`panic`: unless one is
+/// unwinding) or a warning, the code goes on (unscoped, when entering failed).
+pub(crate) fn bad_input(
+    policy: EscapePolicy,
+    location: &'static Location<'static>,
+    error: Error,
+) -> Result<(), Error> {
+    match policy {
         EscapePolicy::Error => return Err(error),
         EscapePolicy::Panic if !std::thread::panicking() => panic!("{error}"),
-        EscapePolicy::Panic | EscapePolicy::Warn => warn(opts.location, &error),
+        EscapePolicy::Panic | EscapePolicy::Warn => warn(location, &error),
         EscapePolicy::Ignore => {}
     }
     Ok(())
@@ -61,9 +67,16 @@ fn warn(location: &'static Location<'static>, error: &Error) {
     if has_subscriber {
         return;
     }
-    type Counts = HashMap<(&'static str, u32, u32), u64>;
+    // Counted per place and kind of failure: an escape is shown in full the first time even
+    // where the budget was exceeded before.
+    type Counts = HashMap<(&'static str, u32, u32, Discriminant<Error>), u64>;
     static SEEN: LazyLock<Mutex<Counts>> = LazyLock::new(Default::default);
-    let key = (location.file(), location.line(), location.column());
+    let key = (
+        location.file(),
+        location.line(),
+        location.column(),
+        std::mem::discriminant(error),
+    );
     let count = {
         let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
         let count = seen.entry(key).or_insert(0);

@@ -41,7 +41,7 @@ impl Scope {
     /// Like [`Scope::exit`], with the kept storages already collected.
     #[inline]
     pub fn exit_with(self, kept: StorageSet) -> Result<ScopeReport, Error> {
-        self.open.finish(kept)
+        self.open.finish(kept, false)
     }
 
     /// Ends the scope without a check, handing its live allocations to the enclosing scope.
