@@ -82,6 +82,22 @@ fn a_handle_outliving_its_scope_tracks_nothing() {
     assert_eq!(t.size(), [4]);
 }
 
+/// A handle whose scope has ended hides nothing from the scope open where it is used.
+#[test]
+fn a_stale_handle_hides_no_leak_from_the_scope_open_here() {
+    let _serial = common::serial();
+    let (stale, _) = scope(strict("gone"), || gpu_scope::current().unwrap()).unwrap();
+    let report = escaped(
+        scope(strict("open"), || {
+            stale.in_scope(|| SINK.lock().unwrap().push(floats(111)));
+        })
+        .map(|(_, r)| r),
+    );
+    assert_eq!(report.escaped.len(), 1, "{report}");
+    assert_eq!(report.escaped_bytes, block(444), "{report}");
+    SINK.lock().unwrap().clear();
+}
+
 fn noop_context() -> Context<'static> {
     Context::from_waker(std::task::Waker::noop())
 }

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 /// A handle on an open scope, to run work for it on another thread or task. Cheap to clone;
-/// `Send` and `Sync`. Once the scope has ended, work run through the handle is not tracked.
+/// `Send` and `Sync`. Once the scope has ended, work run through the handle is not tracked by
+/// it (the scopes open where it runs still see that work).
 #[derive(Clone, Debug)]
 pub struct ScopeHandle {
     frame: Arc<Frame>,

@@ -370,32 +370,32 @@ fn remove(key: Key) -> Option<Entry> {
     old
 }
 
-/// Charges a new allocation to `chain` (owned by its innermost frame). Returns false (nothing
-/// recorded) if that frame has closed meanwhile.
+/// Charges a new allocation to the open frames of `chain`, owned by the innermost of them (a
+/// frame that has closed, such as that of a handle used after its scope ended, charges nothing
+/// and hides nothing from the frames enclosing it). Returns false (nothing recorded) if none
+/// is open.
 #[inline]
 pub(crate) fn record_alloc(chain: Chain, key: Key, mut entry: Entry) -> bool {
-    let Some(owner) = chain.first() else {
-        return false;
-    };
     let (bytes, requested) = (entry.bytes, entry.asked());
-    {
-        let mut state = owner.lock();
+    let mut owner = None;
+    for (at, frame) in chain.iter().enumerate() {
+        let mut state = frame.lock();
         if !state.open {
-            return false;
+            continue;
         }
-        spare_keys::refill(&mut state.keys);
-        state.keys.insert(key);
-        state.saw_backward |= entry.made.backward;
+        if owner.is_none() {
+            owner = Some(at);
+            spare_keys::refill(&mut state.keys);
+            state.keys.insert(key);
+            state.saw_backward |= entry.made.backward;
+        }
         state.stats.both(key.1, |c| c.alloc(bytes, requested));
     }
-    for frame in &chain[1..] {
-        let mut state = frame.lock();
-        if state.open {
-            state.stats.both(key.1, |c| c.alloc(bytes, requested));
-        }
-    }
+    let Some(owner) = owner else {
+        return false;
+    };
     entry.chain = Some(chain);
-    entry.owner = 0;
+    entry.owner = u8::try_from(owner).unwrap_or(0);
     if key.1.is_cpu() && entry.cpu.is_some() {
         let live = CPU_LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
         // Written only when it rises: threads do not fight over it at every allocation.
