@@ -128,6 +128,11 @@ fn exiting_an_outer_scope_first_ends_the_inner_one_into_it() {
         Err(Error::EndedByEnclosing { scope }) => assert_eq!(scope, "inner"),
         other => panic!("expected EndedByEnclosing, got {other:?}"),
     }
+    let last = gpu_scope::last_report().unwrap();
+    assert!(
+        !last.checked && !last.is_clean(),
+        "unchecked is not clean: {last}"
+    );
     drop(t);
     assert_eq!(ledger_state(), before);
 }

@@ -213,11 +213,15 @@ fn micros<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
 }
 
 impl ScopeReport {
-    /// Whether the scope ended clean: nothing escaped, the budget held, every device's
-    /// allocations could be seen, and no memory was left unjudged because a kept value could
-    /// not be inspected (such values are named in `uninspected_kept` either way).
+    /// Whether the scope ended clean: it was checked (not left early, dropped or ended by its
+    /// enclosing scope), nothing escaped, the budget held, every device's allocations could be
+    /// seen, and no memory was left unjudged because a kept value could not be inspected (such
+    /// values are named in `uninspected_kept` either way).
     pub fn is_clean(&self) -> bool {
-        !self.failed() && self.untracked.is_empty() && self.held_by(HeldBy::Uninspected) == 0
+        self.checked
+            && !self.failed()
+            && self.untracked.is_empty()
+            && self.held_by(HeldBy::Uninspected) == 0
     }
 
     /// Whether the escape policy applies: something escaped or the budget was exceeded.
