@@ -106,3 +106,29 @@ async fn a_shared_argument_is_kept_across_polls() {
     assert_eq!(result.unwrap(), 1);
     assert!(report.is_clean(), "{report}");
 }
+
+static KEPT_BY_GUARD: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
+
+/// A scope guard held across an `.await` of an async scope leaves the thread's stack with it
+/// at each suspension; at its exit, what it keeps still goes to the async scope.
+#[gpu_scope(on_escape = error)]
+async fn guard_across_await() -> Result<(), Error> {
+    let opts = gpu_scope::ScopeOptions::new("guard").on_escape(gpu_scope::EscapePolicy::Error);
+    let guard = gpu_scope::Scope::enter(opts).unwrap();
+    let kept = floats(3);
+    tokio::task::yield_now().await;
+    let report = guard.exit(&kept).unwrap();
+    assert!(report.is_clean(), "{report}");
+    KEPT_BY_GUARD.lock().unwrap().push(kept);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_guard_held_across_an_await_hands_what_it_keeps_to_the_async_scope() {
+    let report = match guard_across_await().await {
+        Err(Error::Escaped(report)) => report,
+        other => panic!("the guard's kept tensor leaked from the async scope: {other:?}"),
+    };
+    assert_eq!(report.escaped_bytes, block(12), "{report}");
+    KEPT_BY_GUARD.lock().unwrap().clear();
+}

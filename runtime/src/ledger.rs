@@ -178,6 +178,10 @@ pub(crate) struct FrameState {
     keys: FxHashSet<Key>,
     /// Some allocation was made during a backward pass (the check then looks for gradients).
     pub saw_backward: bool,
+    /// The frames it was opened in, kept when its level was taken off the thread's stack by
+    /// the scope below it (an async scope suspended with this one still open in it): where
+    /// its live allocations go when it ends off the stack.
+    pub parked_in: Option<Chain>,
 }
 
 impl Drop for Frame {

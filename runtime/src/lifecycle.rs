@@ -140,7 +140,9 @@ impl OpenScope {
                 if kept.autograd_graph {
                     thread::settle_graphs(p.token);
                 }
+                // Off the stack: taken off with the async scope it was opened in.
                 thread::around(p.token)
+                    .unwrap_or_else(|| (vec![], self.frame.lock().parked_in.take()))
             }
             None => (vec![], thread::chain()),
         };

@@ -134,13 +134,12 @@ pub(crate) fn push(frame: Arc<Frame>, owned: bool, operators: bool) -> Result<To
     })
 }
 
-/// The frames above `token` that it owns (innermost first), and the chain below it.
-pub(crate) fn around(token: Token) -> (Vec<Arc<Frame>>, Option<Chain>) {
+/// The frames above `token` that it owns (innermost first), and the chain below it; `None`
+/// if `token` is not on this thread's stack.
+pub(crate) fn around(token: Token) -> Option<(Vec<Arc<Frame>>, Option<Chain>)> {
     THREAD.with(|t| {
         let stack = t.stack.borrow();
-        let Some(at) = stack.iter().position(|l| l.token == token) else {
-            return (vec![], None);
-        };
+        let at = stack.iter().position(|l| l.token == token)?;
         let above = stack[at + 1..]
             .iter()
             .rev()
@@ -148,7 +147,7 @@ pub(crate) fn around(token: Token) -> (Vec<Arc<Frame>>, Option<Chain>) {
             .map(|l| l.frame.clone())
             .collect();
         let below = at.checked_sub(1).map(|i| stack[i].chain.clone());
-        (above, below)
+        Some((above, below))
     })
 }
 
@@ -165,6 +164,14 @@ pub(crate) fn pop(token: Token) {
             .get()
             .filter(|(_, level)| stack[at..].iter().any(|l| l.token == *level));
         note_graphs(&stack[at..]);
+        // Scopes opened above it and still open (a guard held across an `.await` of the async
+        // scope at `token`) leave the stack with it; each remembers the frames it was opened
+        // in, for its own end.
+        for i in at + 1..stack.len() {
+            if stack[i].owned {
+                stack[i].frame.lock().parked_in = Some(stack[i - 1].chain.clone());
+            }
+        }
         // Dropping the levels drops frames and chains only: nothing here touches this state.
         stack.truncate(at);
         publish(t, stack.last().map(|l| l.chain.clone()));
