@@ -124,6 +124,15 @@ fn exiting_an_outer_scope_first_ends_the_inner_one_into_it() {
         report.kept, 12,
         "the inner scope's block was handed to the outer one"
     );
+    assert_eq!(report.ended_inside.len(), 1, "{report}");
+    assert_eq!(report.ended_inside[0].file(), file!());
+    assert!(
+        report.to_string().contains("exit scopes innermost first"),
+        "{report}"
+    );
+    assert!(report
+        .to_json()
+        .contains("\"ended_inside\":[\"tests/faults.rs:"));
     match inner.exit(&()) {
         Err(Error::EndedByEnclosing { scope }) => assert_eq!(scope, "inner"),
         other => panic!("expected EndedByEnclosing, got {other:?}"),

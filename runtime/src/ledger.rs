@@ -19,6 +19,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use smallvec::SmallVec;
 use std::cell::Cell;
 use std::collections::hash_map;
+use std::panic::Location;
 use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
@@ -164,6 +165,8 @@ impl Stats {
 #[derive(Debug, Default)]
 pub(crate) struct Frame {
     id: u64,
+    /// Where its scope was opened, for the report of an enclosing scope that ends it.
+    location: Option<&'static Location<'static>>,
     state: Mutex<FrameState>,
     /// Autograd graph nodes were made while the frame was on some thread's stack: a graph that
     /// could hold its allocations exists.
@@ -195,11 +198,18 @@ impl Drop for Frame {
 }
 
 impl Frame {
-    /// A new open frame.
+    /// A new open frame (the ledger's tests).
+    #[cfg(test)]
     pub(crate) fn open() -> Arc<Frame> {
+        Frame::open_at(None)
+    }
+
+    /// A new open frame for a scope opened at `location`.
+    pub(crate) fn open_at(location: Option<&'static Location<'static>>) -> Arc<Frame> {
         open_frames(1);
         Arc::new(Frame {
             id: next_frame_id(),
+            location,
             state: Mutex::new(FrameState {
                 open: true,
                 ..Default::default()
@@ -211,6 +221,10 @@ impl Frame {
     pub(crate) fn lock(&self) -> MutexGuard<'_, FrameState> {
         // Nothing panics while a frame is locked; never let poisoning cascade anyway.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn location(&self) -> Option<&'static Location<'static>> {
+        self.location
     }
 
     pub(crate) fn is_open(&self) -> bool {

@@ -58,7 +58,7 @@ impl OpenScope {
         LazyLock::force(&EPOCH);
         ffi::attach_tracker();
         let mut scope = OpenScope {
-            frame: Frame::open(),
+            frame: Frame::open_at(Some(opts.location)),
             started: Instant::now(),
             opts,
             placed: None,
@@ -146,6 +146,9 @@ impl OpenScope {
             }
             None => (vec![], thread::chain()),
         };
+        // Scopes still open inside it end first, unchecked (bad input: scopes end innermost
+        // first); the report says where they were opened.
+        let ended_inside: Vec<_> = above.iter().filter_map(|f| f.location()).collect();
         if !above.is_empty() {
             close_inner(&self.frame, &above, enclosing.as_ref());
         }
@@ -177,7 +180,7 @@ impl OpenScope {
         } else {
             Released::default()
         };
-        let report = self.report(
+        let mut report = self.report(
             &mut closed,
             &kept,
             untracked,
@@ -185,6 +188,7 @@ impl OpenScope {
             released,
             checked,
         );
+        report.ended_inside = ended_inside;
         if !report.escaped.is_empty() && !self.attributed && attribution() == Attribution::OnLeak {
             sites::leaked(self.opts.location);
         }
@@ -291,6 +295,7 @@ impl OpenScope {
             released: released.ran,
             max_peak: self.opts.max_peak,
             checked,
+            ended_inside: Vec::new(),
             attributed: self.attributed,
             started: self.started.saturating_duration_since(*EPOCH),
             elapsed: self.started.elapsed(),

@@ -193,6 +193,11 @@ pub struct ScopeReport {
     pub max_peak: Option<u64>,
     /// Whether the exit was checked (false after a panic or an early exit of the block form).
     pub checked: bool,
+    /// Where scopes still open inside this one were opened, which its exit ended, unchecked,
+    /// handing their allocations to it (scopes should end innermost first); serialised as
+    /// `file:line` each.
+    #[serde(serialize_with = "files_lines")]
+    pub ended_inside: Vec<&'static Location<'static>>,
     /// Whether allocations were attributed to operators and shapes (see
     /// [`Attribution`](crate::Attribution)).
     pub attributed: bool,
@@ -206,6 +211,10 @@ pub struct ScopeReport {
 
 fn file_line<S: serde::Serializer>(l: &&Location, s: S) -> Result<S::Ok, S::Error> {
     s.collect_str(&format_args!("{}:{}", l.file(), l.line()))
+}
+
+fn files_lines<S: serde::Serializer>(ls: &[&Location], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(ls.iter().map(|l| format!("{}:{}", l.file(), l.line())))
 }
 
 fn micros<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -315,6 +324,7 @@ fn overwrite(last: &mut ScopeReport, report: &ScopeReport) {
         released,
         max_peak,
         checked,
+        ended_inside,
         attributed,
         started,
         elapsed,
@@ -326,6 +336,7 @@ fn overwrite(last: &mut ScopeReport, report: &ScopeReport) {
     last.opaque_kept.clone_from(opaque_kept);
     last.uninspected_kept.clone_from(uninspected_kept);
     last.untracked.clone_from(untracked);
+    last.ended_inside.clone_from(ended_inside);
     last.location = location;
     (last.allocations, last.allocated, last.requested, last.freed) =
         (*allocations, *allocated, *requested, *freed);
@@ -415,6 +426,19 @@ impl fmt::Display for ScopeReport {
         }
         if !self.checked {
             writeln!(f, "  (not checked: the scope ended early)")?;
+        }
+        if !self.ended_inside.is_empty() {
+            let places: Vec<String> = self
+                .ended_inside
+                .iter()
+                .map(|l| format!("{}:{}", l.file(), l.line()))
+                .collect();
+            writeln!(
+                f,
+                "  note: its exit ended {} scope(s) still open inside it, unchecked, and took                  over their allocations (opened at {}): exit scopes innermost first",
+                places.len(),
+                places.join(", ")
+            )?;
         }
         if self.held_by(HeldBy::AutogradGraph) > 0 {
             writeln!(
@@ -554,6 +578,7 @@ mod tests {
             released: escapes > 0,
             max_peak: (escapes > 0).then_some(7),
             checked: escapes > 0,
+            ended_inside: vec![],
             attributed: escapes == 0,
             started: Duration::from_micros(escapes as u64),
             elapsed: Duration::from_micros(9),
