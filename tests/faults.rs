@@ -127,6 +127,12 @@ fn exiting_an_outer_scope_first_ends_the_inner_one_into_it() {
     assert_eq!(report.ended_inside.len(), 1, "{report}");
     assert_eq!(report.ended_inside[0].file(), file!());
     assert!(
+        report
+            .to_string()
+            .contains("unchecked, and took over their allocations (opened at tests/faults.rs:"),
+        "{report}"
+    );
+    assert!(
         report.to_string().contains("exit scopes innermost first"),
         "{report}"
     );

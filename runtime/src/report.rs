@@ -214,7 +214,12 @@ fn file_line<S: serde::Serializer>(l: &&Location, s: S) -> Result<S::Ok, S::Erro
 }
 
 fn files_lines<S: serde::Serializer>(ls: &[&Location], s: S) -> Result<S::Ok, S::Error> {
-    s.collect_seq(ls.iter().map(|l| format!("{}:{}", l.file(), l.line())))
+    s.collect_seq(ls.iter().map(|l| place(l)))
+}
+
+/// `file:line`.
+fn place(l: &Location) -> String {
+    format!("{}:{}", l.file(), l.line())
 }
 
 fn micros<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -428,14 +433,11 @@ impl fmt::Display for ScopeReport {
             writeln!(f, "  (not checked: the scope ended early)")?;
         }
         if !self.ended_inside.is_empty() {
-            let places: Vec<String> = self
-                .ended_inside
-                .iter()
-                .map(|l| format!("{}:{}", l.file(), l.line()))
-                .collect();
+            let places: Vec<String> = self.ended_inside.iter().map(|l| place(l)).collect();
             writeln!(
                 f,
-                "  note: its exit ended {} scope(s) still open inside it, unchecked, and took                  over their allocations (opened at {}): exit scopes innermost first",
+                "  note: its exit ended {} scope(s) still open inside it, unchecked, and took \
+                 over their allocations (opened at {}): exit scopes innermost first",
                 places.len(),
                 places.join(", ")
             )?;

@@ -167,10 +167,8 @@ pub(crate) fn pop(token: Token) {
         // Scopes opened above it and still open (a guard held across an `.await` of the async
         // scope at `token`) leave the stack with it; each remembers the frames it was opened
         // in, for its own end.
-        for i in at + 1..stack.len() {
-            if stack[i].owned {
-                stack[i].frame.lock().parked_in = Some(stack[i - 1].chain.clone());
-            }
+        for pair in stack[at..].windows(2).filter(|pair| pair[1].owned) {
+            pair[1].frame.lock().parked_in = Some(pair[0].chain.clone());
         }
         // Dropping the levels drops frames and chains only: nothing here touches this state.
         stack.truncate(at);
