@@ -600,11 +600,21 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
             std::mem::take(&mut state.keys),
         )
     };
-    let enclosing = enclosing.filter(|c| c.first().is_some_and(|e| e.is_open()));
     let mut closed = Closed {
         stats,
         ..Default::default()
     };
+    if keys.is_empty() {
+        // Nothing alive (a clean scope whose blocks were all freed): nothing to hand on.
+        if let Some(enclosing) = enclosing.and_then(|c| c.first()) {
+            if frame.made_graph() {
+                enclosing.note_graph();
+            }
+        }
+        spare_keys::give(keys);
+        return closed;
+    }
+    let enclosing = enclosing.filter(|c| c.first().is_some_and(|e| e.is_open()));
     let stays = |fate: &Fate| matches!(fate, Fate::Kept | Fate::HeldOutside(_));
     // Handed on to the enclosing frame: those already charged to all of its chain (every
     // block of a scope nested in it on this thread) at once, the others (an async scope
@@ -646,7 +656,9 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
         if frame.made_graph() {
             chain[0].note_graph();
         }
-        chain[0].lock().keys.extend(moved);
+        if !moved.is_empty() {
+            chain[0].lock().keys.extend(moved);
+        }
         for key in charged_later {
             if let Some(entry) = shard(key).get_mut(&key) {
                 hand_on(key, entry, chain);
