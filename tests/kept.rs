@@ -217,3 +217,63 @@ fn a_torchscript_model_loaded_inside_is_not_called_escaped() {
     assert!(r.held_by(HeldBy::Uninspected) > 0, "the buffers: {r}");
     assert!(r.kept >= 4 * (8 + 2 + 2 + 2), "the parameters: {r}");
 }
+
+/// A tree whose nodes point back at their parents (`Weak`), and a true `Rc` cycle: searched
+/// once each, so keeping them neither overflows the stack nor misses a tensor.
+#[derive(gpu_scope::Tensors)]
+struct Node {
+    w: Tensor,
+    parent: std::cell::RefCell<std::rc::Weak<Node>>,
+    children: std::cell::RefCell<Vec<std::rc::Rc<Node>>>,
+    next: std::sync::Mutex<Option<std::sync::Arc<Ring>>>,
+}
+
+#[derive(gpu_scope::Tensors)]
+struct Ring {
+    w: Tensor,
+    next: std::sync::Mutex<Option<std::sync::Arc<Ring>>>,
+}
+
+#[test]
+fn kept_values_with_reference_cycles_are_searched_once() {
+    use std::rc::Rc;
+    use std::sync::{Arc, Mutex};
+    let node = |n| Node {
+        w: floats(n),
+        parent: Default::default(),
+        children: Default::default(),
+        next: Mutex::new(None),
+    };
+    let ((root, child), report) = clean(scope(strict("tree"), || {
+        let root = Rc::new(node(1));
+        let child = Rc::new(node(2));
+        *child.parent.borrow_mut() = Rc::downgrade(&root);
+        root.children.borrow_mut().push(child.clone());
+        // Two rings of `Arc`s through locks, one hung on each node.
+        let a = Arc::new(Ring {
+            w: floats(3),
+            next: Mutex::new(None),
+        });
+        let b = Arc::new(Ring {
+            w: floats(4),
+            next: Mutex::new(Some(a.clone())),
+        });
+        *a.next.lock().unwrap() = Some(b);
+        *child.next.lock().unwrap() = Some(a.clone());
+        *root.next.lock().unwrap() = Some(a);
+        (root, child)
+    }));
+    assert_eq!(
+        on(&report).kept,
+        [4, 8, 12, 16].into_iter().map(block).sum::<u64>(),
+        "{report}"
+    );
+    assert!(report.uninspected_kept.is_empty(), "{report}");
+    // Break the cycles so that the test leaves nothing behind.
+    root.children.borrow_mut().clear();
+    *root.next.lock().unwrap() = None;
+    let ring = child.next.lock().unwrap().take();
+    if let Some(a) = ring {
+        *a.next.lock().unwrap() = None;
+    }
+}

@@ -37,6 +37,9 @@ pub struct StorageSet {
     /// Device and byte size of each variable of a kept optimizer: the state an optimizer makes
     /// for a variable has its size.
     pub(crate) optimized: rustc_hash::FxHashSet<(DeviceId, u64)>,
+    /// Shared pointers and cells already searched (address, type name, `made_before`): a
+    /// value reached again, through a reference cycle or a second pointer, is searched once.
+    visited: rustc_hash::FxHashSet<(usize, usize, bool)>,
 }
 
 impl Drop for StorageSet {
@@ -168,6 +171,22 @@ impl StorageSet {
                 .map(|(what, _)| *what),
         );
         names
+    }
+
+    /// Runs `visit` on the value at `at` (what a shared pointer points at, or a cell) unless
+    /// this search has been there already: a kept tree whose nodes point back at their parents
+    /// is searched once, not forever.
+    fn once<T: ?Sized>(&mut self, at: *const T, visit: impl FnOnce(&mut Self)) {
+        let name = std::any::type_name::<T>();
+        // The type tells apart a value and its first field, which share an address.
+        let key = (
+            at.cast::<()>() as usize,
+            name.as_ptr() as usize,
+            self.made_before,
+        );
+        if self.visited.insert(key) {
+            visit(self)
+        }
     }
 
     /// Runs `visit` with `made_before` set to `on`, and restores it.
@@ -385,7 +404,18 @@ macro_rules! deref {
         })*
     };
 }
-deref!(&T, &mut T, Box<T>, Rc<T>, Arc<T>);
+deref!(&T, &mut T, Box<T>);
+
+macro_rules! shared {
+    ($($t:ident),* $(,)?) => {
+        $(impl<T: Tensors + ?Sized> Tensors for $t<T> {
+            fn visit(&self, set: &mut StorageSet) {
+                set.once($t::as_ptr(self), |set| (**self).visit(set))
+            }
+        })*
+    };
+}
+shared!(Rc, Arc);
 
 impl<P: std::ops::Deref<Target: Tensors>> Tensors for Pin<P> {
     fn visit(&self, set: &mut StorageSet) {
@@ -422,13 +452,17 @@ iter!(
 /// even when the cell was made before it.
 impl<T: Tensors> Tensors for std::sync::OnceLock<T> {
     fn visit(&self, set: &mut StorageSet) {
-        set.made_before(false, |set| self.get().visit(set))
+        set.once(self, |set| {
+            set.made_before(false, |set| self.get().visit(set))
+        })
     }
 }
 
 impl<T: Tensors> Tensors for std::cell::OnceCell<T> {
     fn visit(&self, set: &mut StorageSet) {
-        set.made_before(false, |set| self.get().visit(set))
+        set.once(self, |set| {
+            set.made_before(false, |set| self.get().visit(set))
+        })
     }
 }
 
@@ -481,10 +515,10 @@ impl<T: Tensors + ?Sized> Tensors for RefCell<T> {
     fn visit(&self, set: &mut StorageSet) {
         // Borrowed mutably right now: by this thread, further up the stack, which cannot be
         // waited for.
-        match self.try_borrow() {
+        set.once(self, |set| match self.try_borrow() {
             Ok(v) => set.made_before(false, |set| v.visit(set)),
             Err(_) => set.add_uninspected(std::any::type_name::<Self>()),
-        }
+        })
     }
 }
 
@@ -504,29 +538,33 @@ fn wait_for<G>(mut attempt: impl FnMut() -> Option<G>) -> Option<G> {
 
 impl<T: Tensors + ?Sized> Tensors for Mutex<T> {
     fn visit(&self, set: &mut StorageSet) {
-        let guard = wait_for(|| match self.try_lock() {
-            Ok(v) => Some(v),
-            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(TryLockError::WouldBlock) => None,
-        });
-        match guard {
-            Some(v) => set.made_before(false, |set| v.visit(set)),
-            None => set.add_uninspected(std::any::type_name::<Self>()),
-        }
+        set.once(self, |set| {
+            let guard = wait_for(|| match self.try_lock() {
+                Ok(v) => Some(v),
+                Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                Err(TryLockError::WouldBlock) => None,
+            });
+            match guard {
+                Some(v) => set.made_before(false, |set| v.visit(set)),
+                None => set.add_uninspected(std::any::type_name::<Self>()),
+            }
+        })
     }
 }
 
 impl<T: Tensors + ?Sized> Tensors for RwLock<T> {
     fn visit(&self, set: &mut StorageSet) {
-        let guard = wait_for(|| match self.try_read() {
-            Ok(v) => Some(v),
-            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(TryLockError::WouldBlock) => None,
-        });
-        match guard {
-            Some(v) => set.made_before(false, |set| v.visit(set)),
-            None => set.add_uninspected(std::any::type_name::<Self>()),
-        }
+        set.once(self, |set| {
+            let guard = wait_for(|| match self.try_read() {
+                Ok(v) => Some(v),
+                Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                Err(TryLockError::WouldBlock) => None,
+            });
+            match guard {
+                Some(v) => set.made_before(false, |set| v.visit(set)),
+                None => set.add_uninspected(std::any::type_name::<Self>()),
+            }
+        })
     }
 }
 
