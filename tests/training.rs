@@ -69,6 +69,30 @@ fn adam_steps_are_clean_and_say_what_they_keep() {
     assert!(table.contains("gradients"), "{table}");
 }
 
+/// An epoch scope around step scopes: the gradients and optimizer state each step hands on are
+/// judged again at the epoch's exit, as held on purpose.
+#[test]
+fn steps_nested_in_an_epoch_scope_are_clean_in_it_too() {
+    let mut s = setup(nn::Adam::default());
+    for epoch in 0..2 {
+        let opts = strict("epoch").keep_grad_mode(true);
+        let (_, r) = scope(opts, || {
+            for _ in 0..2 {
+                assert!(train(&mut s, false).unwrap().is_clean());
+            }
+        })
+        .unwrap();
+        assert!(r.is_clean(), "epoch {epoch}: {r}");
+        assert_eq!(r.held_by(HeldBy::Gradient), params(), "epoch {epoch}: {r}");
+        let state = if epoch == 0 { 2 * params() } else { 0 };
+        assert_eq!(
+            r.held_by(HeldBy::OptimizerState),
+            state,
+            "epoch {epoch}: {r}"
+        );
+    }
+}
+
 #[test]
 fn sgd_with_momentum_and_rmsprop_are_clean() {
     for opt in [

@@ -588,7 +588,7 @@ pub(crate) fn with_entry<R>(key: Key, f: impl FnOnce(&Entry) -> R) -> Option<R> 
 /// frame of `enclosing` (or leave tracking when there is none), library-held ones leave
 /// tracking, escaped ones are returned. `enclosing` is the chain the frame closes inside.
 pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn Judge) -> Closed {
-    let (stats, mut keys) = {
+    let (stats, mut keys, saw_backward) = {
         let mut state = frame.lock();
         if !state.open {
             return Closed::default();
@@ -598,6 +598,7 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
         (
             std::mem::take(&mut state.stats),
             std::mem::take(&mut state.keys),
+            state.saw_backward,
         )
     };
     let mut closed = Closed {
@@ -656,8 +657,12 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
         if frame.made_graph() {
             chain[0].note_graph();
         }
-        if !moved.is_empty() {
-            chain[0].lock().keys.extend(moved);
+        if !moved.is_empty() || saw_backward {
+            let mut state = chain[0].lock();
+            state.keys.extend(moved);
+            // Gradients handed on are looked for again when the enclosing scope is checked
+            // (an optimizer's state, made beside them, has their sizes).
+            state.saw_backward |= saw_backward;
         }
         for key in charged_later {
             if let Some(entry) = shard(key).get_mut(&key) {
