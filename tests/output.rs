@@ -50,6 +50,32 @@ fn warn_without_a_subscriber_writes_stderr_without_flooding() {
     assert!(again[2].contains("8 times"), "{stderr}");
 }
 
+/// Under the release default (`on-leak`) the first report is found without attribution and
+/// says the next one names operators and shapes: that next one is shown in full too.
+#[test]
+fn warn_shows_the_first_attributed_report_in_full() {
+    if in_child() {
+        for _ in 0..4 {
+            leak_once(Some(EscapePolicy::Warn));
+        }
+        return;
+    }
+    let name = "warn_shows_the_first_attributed_report_in_full";
+    let out = child(name, &[("GPU_SCOPE_OPERATORS", "on-leak")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let reports: Vec<&str> = stderr.split("escaped scope `leaky`").skip(1).collect();
+    assert_eq!(reports.len(), 2, "{stderr}");
+    assert!(reports[0].contains("found without attribution"), "{stderr}");
+    assert!(
+        !reports[1].contains("found without attribution"),
+        "{stderr}"
+    );
+    assert!(reports[1].contains("[8] Float"), "{stderr}");
+    let again = stderr.matches("failed its check again").count();
+    assert_eq!(again, 1, "at the 4th leak only: {stderr}");
+}
+
 #[test]
 fn the_policy_variable_is_honoured_and_a_bad_value_is_reported_once() {
     if in_child() {

@@ -10,8 +10,9 @@ pub enum EscapePolicy {
     /// Panic with the report (default with debug assertions).
     Panic,
     /// Emit a `tracing` WARN event with the report, or, when the program has no `tracing`
-    /// subscriber, write it on stderr: in full the first time a scope's location leaks, then a
-    /// one-line count at its 2nd, 4th, 8th, ... leak (default without debug assertions).
+    /// subscriber, write it on stderr: in full the first time a scope's location leaks (and
+    /// the first time there with operators and shapes named), then a one-line count at its
+    /// 2nd, 4th, 8th, ... leak (default without debug assertions).
     Warn,
     /// Return [`Error::Escaped`](crate::Error::Escaped) or [`Error::OverBudget`](crate::Error::OverBudget).
     Error,

@@ -59,7 +59,8 @@ pub(crate) fn bad_input(
 }
 
 /// A `tracing` WARN event; without a subscriber, stderr, without flooding: the full text the
-/// first time a location warns, then one line at its 2nd, 4th, 8th, ... warning.
+/// first time a location warns (and the first time it names operators and shapes), then one
+/// line at its 2nd, 4th, 8th, ... warning.
 fn warn(location: &'static Location<'static>, error: &Error) {
     tracing::warn!(target: "gpu_scope", "{error}");
     let has_subscriber =
@@ -68,8 +69,10 @@ fn warn(location: &'static Location<'static>, error: &Error) {
         return;
     }
     // Counted per place and kind of failure: an escape is shown in full the first time even
-    // where the budget was exceeded before.
-    type Counts = HashMap<(&'static str, u32, u32, Discriminant<Error>), u64>;
+    // where the budget was exceeded before. The first escape found with operators and shapes
+    // is shown in full too: a report found without them promised it ("the next scope here
+    // names operators and shapes").
+    type Counts = HashMap<(&'static str, u32, u32, Discriminant<Error>), (u64, bool)>;
     static SEEN: LazyLock<Mutex<Counts>> = LazyLock::new(Default::default);
     let key = (
         location.file(),
@@ -77,13 +80,18 @@ fn warn(location: &'static Location<'static>, error: &Error) {
         location.column(),
         std::mem::discriminant(error),
     );
-    let count = {
+    let attributed = error
+        .report()
+        .is_some_and(|r| r.attributed && !r.escaped.is_empty());
+    let (count, first_attributed) = {
         let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
-        let count = seen.entry(key).or_insert(0);
+        let (count, shown_attributed) = seen.entry(key).or_insert((0, false));
         *count += 1;
-        *count
+        let first = attributed && !*shown_attributed;
+        *shown_attributed |= attributed;
+        (*count, first)
     };
-    if count == 1 {
+    if count == 1 || first_attributed {
         eprintln!("{error}");
     } else if count.is_power_of_two() {
         eprintln!(
