@@ -176,6 +176,38 @@ fn autograd_off_names_keep_grad() {
     assert!(stderr.contains("keep_grad"), "{stderr}");
 }
 
+/// A `keep_grad` step inside an epoch scope without it: the hint names the epoch scope, the
+/// one that turned autograd off, and not the step.
+#[test]
+fn autograd_off_names_the_scope_that_turned_it_off() {
+    let epoch = std::panic::Location::caller();
+    let epoch_at = format!("{}:{}", epoch.file(), epoch.line());
+    let step = std::panic::Location::caller();
+    if in_child() {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let model = nn::linear(vs.root(), 4, 1, Default::default());
+        let _ = scope(ScopeOptions::new("epoch").location(epoch), || {
+            let opts = ScopeOptions::new("step")
+                .location(step)
+                .keep_grad_mode(true);
+            scope(opts, || {
+                let x = Tensor::ones([2, 4], (Kind::Float, Device::Cpu));
+                model.forward(&x).sum(Kind::Float).backward();
+            })
+        });
+        return;
+    }
+    let out = child("autograd_off_names_the_scope_that_turned_it_off", &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    let hint = stderr
+        .lines()
+        .find(|l| l.contains("gpu-scope: this ran with autograd off"))
+        .unwrap_or_else(|| panic!("no hint: {stderr}"));
+    assert!(hint.contains(&format!("opened at {epoch_at} (")), "{hint}");
+    assert_eq!(hint.matches("training.rs:").count(), 1, "{hint}");
+}
+
 /// A kept tensor with an autograd graph made before the scope (an argument from training
 /// code): the scope runs with autograd off and makes no graph, so nothing it allocated can be
 /// held by one, and a leak is an escape, not `autograd graph`.

@@ -1,25 +1,34 @@
 //! Autograd off inside scopes (the default), and the hint that names `keep_grad` when that is
 //! why training code fails.
 use crate::ffi;
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::ffi::c_int;
+use std::panic::Location;
 use std::sync::Once;
 
+type Place = &'static Location<'static>;
+
 thread_local! {
-    /// Scopes on this thread's stack that turned autograd off.
-    static OFF: Cell<usize> = const { Cell::new(0) };
+    /// Where the scopes on this thread's stack that turned autograd off were opened.
+    static OFF: RefCell<Vec<Place>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Turns autograd off on this thread; returns the mode to give back to [`restore`].
-pub(crate) fn off() -> c_int {
+/// Turns autograd off on this thread for the scope opened at `at`; returns the mode to give
+/// back to [`restore`].
+pub(crate) fn off(at: Place) -> c_int {
     install_hint();
-    OFF.with(|n| n.set(n.get() + 1));
+    OFF.with(|o| o.borrow_mut().push(at));
     set(0)
 }
 
-/// Gives the thread back the autograd mode [`off`] returned.
-pub(crate) fn restore(previous: c_int) {
-    OFF.with(|n| n.set(n.get().saturating_sub(1)));
+/// Gives the thread back the autograd mode [`off`] returned for the scope opened at `at`.
+pub(crate) fn restore(previous: c_int, at: Place) {
+    OFF.with(|o| {
+        let mut off = o.borrow_mut();
+        if let Some(i) = off.iter().rposition(|l| *l == at) {
+            off.remove(i);
+        }
+    });
     set(previous);
 }
 
@@ -47,16 +56,26 @@ fn install_hint() {
                 .map(String::as_str)
                 .or_else(|| info.payload().downcast_ref::<&str>().copied())
                 .unwrap_or("");
-            if OFF.with(Cell::get) > 0 && SIGNS.iter().any(|s| message.contains(s)) {
-                eprintln!("{}", hint());
+            let off = OFF.try_with(|o| o.borrow().clone()).unwrap_or_default();
+            if !off.is_empty() && SIGNS.iter().any(|s| message.contains(s)) {
+                eprintln!("{}", hint(&off));
             }
         }));
     });
 }
 
-/// The line added to such errors.
-pub(crate) fn hint() -> &'static str {
-    "gpu-scope: this ran inside a scope, and scopes turn autograd off by default (inference); \
-     for training code give the scope the `keep_grad` option (`#[gpu_scope(keep_grad)]`, \
-     `scope!(keep_grad, { .. })` or `ScopeOptions::keep_grad_mode(true)`)"
+/// The line added to such errors: which scopes turned autograd off (`off`, outermost first).
+fn hint(off: &[Place]) -> String {
+    let places: Vec<String> = off
+        .iter()
+        .map(|l| format!("{}:{}", l.file(), l.line()))
+        .collect();
+    format!(
+        "gpu-scope: this ran with autograd off, turned off by the scope(s) opened at {} (scopes \
+         turn autograd off by default, for inference); for training code give each of them the \
+         `keep_grad` option (`#[gpu_scope(keep_grad)]`, `scope!(keep_grad, {{ .. }})` or \
+         `ScopeOptions::keep_grad_mode(true)`): a `keep_grad` scope inside one of them keeps \
+         autograd off",
+        places.join(", ")
+    )
 }

@@ -79,7 +79,8 @@ impl OpenScope {
         let token = thread::push(self.frame.clone(), owned, operators)?;
         self.stepped_aside |= thread::stepped_aside();
         self.attributed &= thread::attributing();
-        let grad = (!self.opts.keep_grad_mode).then(grad::off);
+        let at = self.opts.location;
+        let grad = (!self.opts.keep_grad_mode).then(|| grad::off(at));
         self.placed = Some(Placed { token, grad });
         Ok(())
     }
@@ -88,7 +89,7 @@ impl OpenScope {
     pub(crate) fn suspend(&mut self) {
         if let Some(placed) = self.placed.take() {
             if let Some(previous) = placed.grad {
-                grad::restore(previous);
+                grad::restore(previous, self.opts.location);
             }
             thread::pop(placed.token);
         }
@@ -132,7 +133,7 @@ impl OpenScope {
     fn end(&mut self, kept: StorageSet, checked: bool) -> ScopeReport {
         self.closed = true;
         if let Some(previous) = self.placed.as_mut().and_then(|p| p.grad.take()) {
-            grad::restore(previous);
+            grad::restore(previous, self.opts.location);
         }
         let (above, enclosing) = match &self.placed {
             Some(p) => {
