@@ -76,6 +76,45 @@ fn warn_shows_the_first_attributed_report_in_full() {
     assert_eq!(again, 1, "at the 4th leak only: {stderr}");
 }
 
+/// A panic under `panic` is raised where the user's code ended the scope, not in gpu-scope.
+#[test]
+fn an_escape_panics_at_the_users_exit() {
+    if in_child() {
+        let opts = || ScopeOptions::new("p").on_escape(EscapePolicy::Panic);
+        let r = std::panic::catch_unwind(|| {
+            let s = gpu_scope::Scope::enter(opts()).unwrap();
+            SINK.lock().unwrap().push(floats(8));
+            println!("exit at line {}", line!() + 1);
+            let _ = s.exit(&());
+        });
+        assert!(r.is_err());
+        let _ = gpu_scope::scope!(on_escape = panic, {
+            SINK.lock().unwrap().push(floats(8));
+        });
+        return;
+    }
+    let out = child("an_escape_panics_at_the_users_exit", &[]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    let line = stdout
+        .split("exit at line ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let at: Vec<&str> = stderr
+        .lines()
+        .filter_map(|l| l.split("panicked at ").nth(1))
+        .collect();
+    assert_eq!(at.len(), 2, "{stderr}");
+    assert!(
+        at[0].starts_with(&format!("tests/output.rs:{line}:")),
+        "{stderr}"
+    );
+    assert!(at[1].starts_with("tests/output.rs:"), "{stderr}");
+}
+
 #[test]
 fn the_policy_variable_is_honoured_and_a_bad_value_is_reported_once() {
     if in_child() {

@@ -24,6 +24,7 @@ pub struct Guard {
 
 impl Guard {
     /// Enters; if that fails, panics or warns (per the policy) and runs the code unscoped.
+    #[track_caller]
     pub fn enter(opts: ScopeOptions) -> Guard {
         match OpenScope::enter(opts.clone()) {
             Ok(scope) => Guard { scope: Some(scope) },
@@ -35,6 +36,7 @@ impl Guard {
     }
 
     /// Enters; `Err` if that fails under `on_escape = error`.
+    #[track_caller]
     pub fn try_enter(opts: ScopeOptions) -> Result<Guard, Error> {
         match OpenScope::enter(opts.clone()) {
             Ok(scope) => Ok(Guard { scope: Some(scope) }),
@@ -45,11 +47,13 @@ impl Guard {
     }
 
     /// Checks the scope and applies its escape policy (panic, warn, ignore).
+    #[track_caller]
     pub fn exit(self, kept: StorageSet) {
         let _ = self.try_exit(kept);
     }
 
     /// Checks the scope; `Err` on an escape under `on_escape = error`.
+    #[track_caller]
     pub fn try_exit(mut self, kept: StorageSet) -> Result<(), Error> {
         match self.scope.take() {
             Some(scope) => scope.finish(kept, true).map(drop),

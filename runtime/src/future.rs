@@ -20,25 +20,33 @@ pub struct ScopeFuture<F> {
 impl<F: Future> ScopeFuture<F> {
     /// Wraps `inner` in a scope opened now. If it cannot be opened, the escape policy decides
     /// (panic, or a warning and an unscoped future).
+    #[track_caller]
     pub fn enter(opts: ScopeOptions, inner: F) -> Self {
-        Self::open(opts, inner).unwrap_or_else(|(opts, inner, e)| {
-            let _ = policy::bad_input(opts.policy(), opts.location, e);
-            ScopeFuture {
-                inner: Box::pin(inner),
-                scope: None,
+        match Self::open(opts, inner) {
+            Ok(future) => future,
+            Err((opts, inner, e)) => {
+                let _ = policy::bad_input(opts.policy(), opts.location, e);
+                ScopeFuture {
+                    inner: Box::pin(inner),
+                    scope: None,
+                }
             }
-        })
+        }
     }
 
     /// Like [`ScopeFuture::enter`], returning the error under `on_escape = error`.
+    #[track_caller]
     pub fn try_enter(opts: ScopeOptions, inner: F) -> Result<Self, Error> {
-        Self::open(opts, inner).or_else(|(opts, inner, e)| {
-            policy::bad_input(opts.policy(), opts.location, e)?;
-            Ok(ScopeFuture {
-                inner: Box::pin(inner),
-                scope: None,
-            })
-        })
+        match Self::open(opts, inner) {
+            Ok(future) => Ok(future),
+            Err((opts, inner, e)) => {
+                policy::bad_input(opts.policy(), opts.location, e)?;
+                Ok(ScopeFuture {
+                    inner: Box::pin(inner),
+                    scope: None,
+                })
+            }
+        }
     }
 
     #[allow(clippy::result_large_err)]
@@ -95,11 +103,13 @@ pub struct Finish {
 
 impl Finish {
     /// Checks the scope on this thread and applies the escape policy (not `error`).
+    #[track_caller]
     pub fn exit(self, kept: StorageSet) {
         let _ = self.try_exit(kept);
     }
 
     /// Checks the scope on this thread; `Err` under `on_escape = error`.
+    #[track_caller]
     pub fn try_exit(mut self, kept: StorageSet) -> Result<(), Error> {
         let Some(mut scope) = self.scope.take() else {
             return Ok(());

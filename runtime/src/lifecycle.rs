@@ -115,6 +115,7 @@ impl OpenScope {
     /// no `Result` unless the policy is `error`) the escape policy acts on it as on a failed
     /// entry: a panic, a warning, or the error.
     #[inline]
+    #[track_caller]
     pub(crate) fn finish(self, kept: StorageSet, police: bool) -> Result<ScopeReport, Error> {
         let policy = self.opts.policy();
         if !self.frame.is_open() {

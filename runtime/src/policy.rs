@@ -10,6 +10,7 @@ use std::sync::{LazyLock, Mutex};
 /// Applies `policy` to a checked report: `Ok` when clean, or when the policy is to panic (a
 /// panic then, unless one is already unwinding), warn or ignore; `Err` under `error`.
 #[inline]
+#[track_caller]
 pub(crate) fn act(policy: EscapePolicy, report: ScopeReport) -> Result<ScopeReport, Error> {
     tracing::debug!(target: "gpu_scope", report = %report.to_json(), "scope `{}` exited", report.name);
     if !report.failed() {
@@ -20,6 +21,7 @@ pub(crate) fn act(policy: EscapePolicy, report: ScopeReport) -> Result<ScopeRepo
 
 /// [`act`] on a failed report.
 #[cold]
+#[track_caller]
 fn failed(policy: EscapePolicy, report: ScopeReport) -> Result<ScopeReport, Error> {
     let error = if report.escaped.is_empty() {
         Error::OverBudget(Box::new(report))
@@ -44,6 +46,7 @@ fn failed(policy: EscapePolicy, report: ScopeReport) -> Result<ScopeReport, Erro
 /// A scope could not be entered, or was ended by its enclosing scope before its own exit:
 /// under `error` the caller gets the error; otherwise, after a panic (`panic`: unless one is
 /// unwinding) or a warning, the code goes on (unscoped, when entering failed).
+#[track_caller]
 pub(crate) fn bad_input(
     policy: EscapePolicy,
     location: &'static Location<'static>,

@@ -34,12 +34,14 @@ impl Scope {
     /// Ends the scope: everything still alive that `kept` does not own has escaped. Returns
     /// the report, or applies the escape policy (panic, warn, or `Err` for `error`). Exiting a
     /// scope after its enclosing scope ended is [`Error::EndedByEnclosing`].
+    #[track_caller]
     pub fn exit<T: Tensors + ?Sized>(self, kept: &T) -> Result<ScopeReport, Error> {
         self.exit_with(storages(kept))
     }
 
     /// Like [`Scope::exit`], with the kept storages already collected.
     #[inline]
+    #[track_caller]
     pub fn exit_with(self, kept: StorageSet) -> Result<ScopeReport, Error> {
         self.open.finish(kept, false)
     }
@@ -57,6 +59,7 @@ fn storages<T: Tensors + ?Sized>(value: &T) -> StorageSet {
 }
 
 /// Runs `body` in a scope and checks what it leaves behind; its result is kept.
+#[track_caller]
 pub fn scope<R: Tensors>(
     opts: ScopeOptions,
     body: impl FnOnce() -> R,
