@@ -277,3 +277,22 @@ fn kept_values_with_reference_cycles_are_searched_once() {
         *a.next.lock().unwrap() = None;
     }
 }
+
+#[gpu_scope::gpu_scope(name = "iter", on_escape = ignore)]
+fn tensors_to_come() -> impl Iterator<Item = Tensor> {
+    vec![floats(1), floats(2)].into_iter()
+}
+
+#[test]
+fn a_returned_vec_iterator_keeps_what_is_left_in_it() {
+    let (mut left, report) = clean(scope(strict("into_iter"), || {
+        let mut it = vec![floats(1), floats(2), floats(3)].into_iter();
+        drop(it.next());
+        it
+    }));
+    assert_eq!(on(&report).kept, block(8) + block(12), "{report}");
+    assert_eq!(left.next().map(|t| t.numel()), Some(2));
+    let all: Vec<Tensor> = tensors_to_come().collect();
+    assert_eq!(all.len(), 2);
+    assert!(gpu_scope::last_report().unwrap().is_clean());
+}

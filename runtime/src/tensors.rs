@@ -484,6 +484,13 @@ impl<T: Tensors + ?Sized> Tensors for std::sync::Weak<T> {
     }
 }
 
+/// What is left to iterate (a function that returns `vec.into_iter()`).
+impl<T: Tensors> Tensors for std::vec::IntoIter<T> {
+    fn visit(&self, set: &mut StorageSet) {
+        self.as_slice().visit(set)
+    }
+}
+
 impl<T: Tensors, const N: usize> Tensors for [T; N] {
     fn visit(&self, set: &mut StorageSet) {
         self.as_slice().visit(set)
