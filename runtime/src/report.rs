@@ -201,10 +201,10 @@ pub struct ScopeReport {
     /// Whether allocations were attributed to operators and shapes (see
     /// [`Attribution`](crate::Attribution)).
     pub attributed: bool,
-    /// Time since the process's first scope when this one started.
+    /// Time since the process's first scope when this one started (in JSON: microseconds).
     #[serde(serialize_with = "micros")]
     pub started: Duration,
-    /// Time from entry to the end of the check.
+    /// Time from entry to the end of the check (in JSON: microseconds).
     #[serde(serialize_with = "micros")]
     pub elapsed: Duration,
 }
@@ -272,7 +272,9 @@ impl ScopeReport {
     }
 
     /// The report as JSON: its fields, and under `"versions"` those of gpu-scope, tch and the
-    /// running libtorch ([`versions`](crate::versions())), which a bug report needs.
+    /// running libtorch ([`versions`](crate::versions())), which a bug report needs. Bytes are
+    /// integers, addresses decimal integers (the table writes them in hex), places
+    /// `"file:line"`, and `started` and `elapsed` whole microseconds.
     pub fn to_json(&self) -> String {
         #[derive(Serialize)]
         struct Json<'a> {
