@@ -96,6 +96,37 @@ fn library_workspaces_are_held_not_escaped() {
     .unwrap();
 }
 
+/// A workspace made in an inner scope leaves tracking there; the enclosing scope, which counted
+/// its allocation, says who holds it too.
+#[test]
+fn an_inner_scopes_workspace_is_held_in_the_enclosing_report() {
+    let _serial = common::serial();
+    if cuda(1).is_none() {
+        return;
+    }
+    gpu_scope::clear_workspaces().unwrap();
+    std::thread::spawn(|| {
+        let a = Tensor::ones([32, 32], (Kind::Float, Device::Cuda(0)));
+        let (inner, outer) = scope(strict("epoch"), || {
+            let (_, inner) = scope(strict("first-matmul"), || drop(a.matmul(&a))).unwrap();
+            inner
+        })
+        .unwrap();
+        let held = inner.held_by(HeldBy::Workspace("cuBLAS workspace"));
+        assert!(held > 0, "{inner}");
+        assert!(outer.is_clean(), "{outer}");
+        assert_eq!(
+            outer.held_by(HeldBy::Workspace("cuBLAS workspace")),
+            held,
+            "{outer}"
+        );
+        assert!(outer.to_string().contains("cuBLAS workspace"), "{outer}");
+        gpu_scope::clear_workspaces().unwrap();
+    })
+    .join()
+    .unwrap();
+}
+
 #[test]
 fn reports_and_release_are_per_device() {
     let _serial = common::serial();

@@ -185,6 +185,9 @@ pub(crate) struct FrameState {
     /// the scope below it (an async scope suspended with this one still open in it): where
     /// its live allocations go when it ends off the stack.
     pub parked_in: Option<Chain>,
+    /// Blocks a library holds on purpose (workspaces) that scopes closed inside this one let
+    /// go of: its report accounts for them too.
+    held_inside: Vec<(Held, DeviceId, u64)>,
 }
 
 impl Drop for Frame {
@@ -588,7 +591,7 @@ pub(crate) fn with_entry<R>(key: Key, f: impl FnOnce(&Entry) -> R) -> Option<R> 
 /// frame of `enclosing` (or leave tracking when there is none), library-held ones leave
 /// tracking, escaped ones are returned. `enclosing` is the chain the frame closes inside.
 pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn Judge) -> Closed {
-    let (stats, mut keys, saw_backward) = {
+    let (stats, mut keys, saw_backward, held_inside) = {
         let mut state = frame.lock();
         if !state.open {
             return Closed::default();
@@ -599,13 +602,15 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
             std::mem::take(&mut state.stats),
             std::mem::take(&mut state.keys),
             state.saw_backward,
+            std::mem::take(&mut state.held_inside),
         )
     };
     let mut closed = Closed {
         stats,
+        held: held_inside,
         ..Default::default()
     };
-    if keys.is_empty() {
+    if keys.is_empty() && closed.held.is_empty() {
         // Nothing alive (a clean scope whose blocks were all freed): nothing to hand on.
         if let Some(enclosing) = enclosing.and_then(|c| c.first()) {
             if frame.made_graph() {
@@ -657,12 +662,19 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
         if frame.made_graph() {
             chain[0].note_graph();
         }
-        if !moved.is_empty() || saw_backward {
+        // Workspaces leave tracking here: the enclosing scope, which counted their allocation,
+        // is told who holds them.
+        let library = closed
+            .held
+            .iter()
+            .filter(|(by, ..)| matches!(by, Held::Workspace(_)));
+        if !moved.is_empty() || saw_backward || library.clone().next().is_some() {
             let mut state = chain[0].lock();
             state.keys.extend(moved);
             // Gradients handed on are looked for again when the enclosing scope is checked
             // (an optimizer's state, made beside them, has their sizes).
             state.saw_backward |= saw_backward;
+            state.held_inside.extend(library);
         }
         for key in charged_later {
             if let Some(entry) = shard(key).get_mut(&key) {
