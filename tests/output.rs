@@ -353,3 +353,46 @@ fn a_macro_scope_ended_by_its_enclosing_one_says_so() {
         "once warned, once in the panic: {stderr}"
     );
 }
+
+trait Cache {
+    fn put(&mut self, t: Tensor);
+}
+
+#[derive(gpu_scope::Tensors, Default)]
+struct VecCache(Vec<Tensor>);
+
+impl Cache for VecCache {
+    fn put(&mut self, t: Tensor) {
+        self.0.push(t)
+    }
+}
+
+#[gpu_scope::gpu_scope(on_escape = ignore)]
+fn fill<C: Cache>(cache: &mut C) {
+    cache.put(floats(100));
+}
+
+#[gpu_scope::gpu_scope(on_escape = ignore)]
+fn fill_bounded<C: Cache + gpu_scope::Tensors>(cache: &mut C) {
+    cache.put(floats(100));
+}
+
+/// In a generic function the search is chosen from the bounds: without `Tensors` among them
+/// the argument is not searched, and the hint says which bound to add.
+#[test]
+fn a_generic_argument_without_the_bound_is_named_with_the_fix() {
+    let mut cache = VecCache::default();
+    fill(&mut cache);
+    let report = gpu_scope::last_report().unwrap();
+    assert_eq!(report.opaque_kept.len(), 1, "{report}");
+    assert!(
+        report
+            .to_string()
+            .contains("the bound `T: gpu_scope::Tensors`"),
+        "{report}"
+    );
+    fill_bounded(&mut cache);
+    let report = gpu_scope::last_report().unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(cache.0.len(), 2);
+}

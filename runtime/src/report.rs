@@ -536,9 +536,11 @@ impl ScopeReport {
         if !self.opaque_kept.is_empty() {
             writeln!(
                 f,
-                "  hint: kept argument(s) of type {} do not implement `gpu_scope::Tensors`, so \
-                 gpu-scope saw no tensors in them; if they hold tensors, add \
-                 `#[derive(gpu_scope::Tensors)]` to the type",
+                "  hint: kept argument(s) of type {} were not searched as `gpu_scope::Tensors`, \
+                 so gpu-scope saw no tensors in them; if they hold tensors, add \
+                 `#[derive(gpu_scope::Tensors)]` to the type (in a generic function or a trait's \
+                 default method, also the bound `T: gpu_scope::Tensors`, or `Self:` for a \
+                 receiver: the search is chosen where the function is written)",
                 self.opaque_kept.join(", ")
             )?;
         }
