@@ -296,3 +296,19 @@ fn a_returned_vec_iterator_keeps_what_is_left_in_it() {
     assert_eq!(all.len(), 2);
     assert!(gpu_scope::last_report().unwrap().is_clean());
 }
+
+/// A shared pointer and the cell it points at share an address: each is searched.
+#[test]
+fn returned_shared_cells() {
+    use std::sync::{Arc, Mutex, RwLock};
+    let (_v, report) = clean(scope(strict("cells"), || {
+        (
+            Arc::new(Mutex::new(vec![floats(1)])),
+            std::rc::Rc::new(std::cell::RefCell::new(floats(2))),
+            Arc::new(RwLock::new(Some(floats(3)))),
+            Arc::new(std::sync::OnceLock::from(floats(4))),
+        )
+    }));
+    let expected: u64 = [4, 8, 12, 16].into_iter().map(block).sum();
+    assert_eq!(on(&report).kept, expected, "{report}");
+}

@@ -176,9 +176,10 @@ impl StorageSet {
     /// Runs `visit` on the value at `at` (what a shared pointer points at, or a cell) unless
     /// this search has been there already: a kept tree whose nodes point back at their parents
     /// is searched once, not forever.
-    fn once<T: ?Sized>(&mut self, at: *const T, visit: impl FnOnce(&mut Self)) {
-        let name = std::any::type_name::<T>();
-        // The type tells apart a value and its first field, which share an address.
+    fn once<Via: ?Sized, T: ?Sized>(&mut self, at: *const T, visit: impl FnOnce(&mut Self)) {
+        // The type it is reached through tells apart a value and its first field, or a cell
+        // and the `Arc` that points at it, which share an address.
+        let name = std::any::type_name::<Via>();
         let key = (
             at.cast::<()>() as usize,
             name.as_ptr() as usize,
@@ -410,7 +411,7 @@ macro_rules! shared {
     ($($t:ident),* $(,)?) => {
         $(impl<T: Tensors + ?Sized> Tensors for $t<T> {
             fn visit(&self, set: &mut StorageSet) {
-                set.once($t::as_ptr(self), |set| (**self).visit(set))
+                set.once::<Self, T>($t::as_ptr(self), |set| (**self).visit(set))
             }
         })*
     };
@@ -452,7 +453,7 @@ iter!(
 /// even when the cell was made before it.
 impl<T: Tensors> Tensors for std::sync::OnceLock<T> {
     fn visit(&self, set: &mut StorageSet) {
-        set.once(self, |set| {
+        set.once::<Self, Self>(self, |set| {
             set.made_before(false, |set| self.get().visit(set))
         })
     }
@@ -460,7 +461,7 @@ impl<T: Tensors> Tensors for std::sync::OnceLock<T> {
 
 impl<T: Tensors> Tensors for std::cell::OnceCell<T> {
     fn visit(&self, set: &mut StorageSet) {
-        set.once(self, |set| {
+        set.once::<Self, Self>(self, |set| {
             set.made_before(false, |set| self.get().visit(set))
         })
     }
@@ -522,7 +523,7 @@ impl<T: Tensors + ?Sized> Tensors for RefCell<T> {
     fn visit(&self, set: &mut StorageSet) {
         // Borrowed mutably right now: by this thread, further up the stack, which cannot be
         // waited for.
-        set.once(self, |set| match self.try_borrow() {
+        set.once::<Self, Self>(self, |set| match self.try_borrow() {
             Ok(v) => set.made_before(false, |set| v.visit(set)),
             Err(_) => set.add_uninspected(std::any::type_name::<Self>()),
         })
@@ -545,7 +546,7 @@ fn wait_for<G>(mut attempt: impl FnMut() -> Option<G>) -> Option<G> {
 
 impl<T: Tensors + ?Sized> Tensors for Mutex<T> {
     fn visit(&self, set: &mut StorageSet) {
-        set.once(self, |set| {
+        set.once::<Self, Self>(self, |set| {
             let guard = wait_for(|| match self.try_lock() {
                 Ok(v) => Some(v),
                 Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
@@ -561,7 +562,7 @@ impl<T: Tensors + ?Sized> Tensors for Mutex<T> {
 
 impl<T: Tensors + ?Sized> Tensors for RwLock<T> {
     fn visit(&self, set: &mut StorageSet) {
-        set.once(self, |set| {
+        set.once::<Self, Self>(self, |set| {
             let guard = wait_for(|| match self.try_read() {
                 Ok(v) => Some(v),
                 Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
