@@ -83,3 +83,28 @@ fn sent_to_a_thread_that_keeps_it() {
     done_tx.send(()).unwrap();
     assert_eq!(keeper.join().unwrap(), 1);
 }
+
+type Cache = std::sync::Arc<Mutex<Vec<Tensor>>>;
+
+static STASH: Mutex<Vec<Cache>> = Mutex::new(Vec::new());
+
+#[gpu_scope::gpu_scope(on_escape = error)]
+fn stash(cache: Cache) -> Result<(), gpu_scope::Error> {
+    cache.lock().unwrap().push(floats(25));
+    STASH.lock().unwrap().push(cache);
+    Ok(())
+}
+
+/// An owned `Arc` argument is searched for what the caller still holds through it: when the
+/// caller passed its only handle, the body's global stash holds what it filled.
+#[test]
+fn an_arc_the_caller_gave_away_and_the_body_stashed() {
+    let _serial = common::serial();
+    let report = escaped(stash(Cache::default()));
+    assert_one_escape(&report, 25);
+    STASH.lock().unwrap().clear();
+    let cache = Cache::default();
+    stash(std::sync::Arc::clone(&cache)).unwrap();
+    assert_eq!(cache.lock().unwrap().len(), 1);
+    STASH.lock().unwrap().clear();
+}

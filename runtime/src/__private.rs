@@ -111,23 +111,28 @@ pub struct Owned<'a, T: ?Sized>(pub &'a T);
 
 /// What an owned `Arc` argument still shares with the caller when the scope ends: its
 /// contents, if anyone else still holds them. A weak handle, so that the body's
-/// `Arc::try_unwrap` and the like behave as without the scope (`Arc::get_mut` excepted).
+/// `Arc::try_unwrap` and the like behave as without the scope (`Arc::get_mut` excepted);
+/// none when the argument was the only strong handle (the caller kept no other, so whoever
+/// holds it at the end got it from the body).
 #[allow(missing_debug_implementations)]
-pub struct SharedArc<T: ?Sized>(std::sync::Weak<T>);
+pub struct SharedArc<T: ?Sized>(Option<std::sync::Weak<T>>);
 
 impl<T: Tensors + ?Sized> Tensors for SharedArc<T> {
     fn visit(&self, set: &mut StorageSet) {
-        self.0.upgrade().visit(set)
+        self.0
+            .as_ref()
+            .and_then(std::sync::Weak::upgrade)
+            .visit(set)
     }
 }
 
 /// [`SharedArc`] for an `Rc` argument.
 #[allow(missing_debug_implementations)]
-pub struct SharedRc<T: ?Sized>(std::rc::Weak<T>);
+pub struct SharedRc<T: ?Sized>(Option<std::rc::Weak<T>>);
 
 impl<T: Tensors + ?Sized> Tensors for SharedRc<T> {
     fn visit(&self, set: &mut StorageSet) {
-        self.0.upgrade().visit(set)
+        self.0.as_ref().and_then(std::rc::Weak::upgrade).visit(set)
     }
 }
 
@@ -158,14 +163,14 @@ pub trait ViaShared {
 impl<T: Tensors + ?Sized> ViaShared for &Owned<'_, Arc<T>> {
     type Handle = SharedArc<T>;
     fn __gpu_scope_share(&self) -> SharedArc<T> {
-        SharedArc(Arc::downgrade(self.0))
+        SharedArc((Arc::strong_count(self.0) > 1).then(|| Arc::downgrade(self.0)))
     }
 }
 
 impl<T: Tensors + ?Sized> ViaShared for &Owned<'_, Rc<T>> {
     type Handle = SharedRc<T>;
     fn __gpu_scope_share(&self) -> SharedRc<T> {
-        SharedRc(Rc::downgrade(self.0))
+        SharedRc((Rc::strong_count(self.0) > 1).then(|| Rc::downgrade(self.0)))
     }
 }
 
