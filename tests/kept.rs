@@ -235,6 +235,7 @@ struct Ring {
 }
 
 #[test]
+#[allow(clippy::arc_with_non_send_sync)] // `Arc`s on purpose: their cells are locks
 fn kept_values_with_reference_cycles_are_searched_once() {
     use std::rc::Rc;
     use std::sync::{Arc, Mutex};
@@ -305,8 +306,8 @@ fn returned_shared_cells() {
         (
             Arc::new(Mutex::new(vec![floats(1)])),
             std::rc::Rc::new(std::cell::RefCell::new(floats(2))),
-            Arc::new(RwLock::new(Some(floats(3)))),
-            Arc::new(std::sync::OnceLock::from(floats(4))),
+            std::rc::Rc::new(RwLock::new(Some(floats(3)))),
+            std::rc::Rc::new(std::sync::OnceLock::from(floats(4))),
         )
     }));
     let expected: u64 = [4, 8, 12, 16].into_iter().map(block).sum();

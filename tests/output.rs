@@ -88,7 +88,7 @@ fn an_escape_panics_at_the_users_exit() {
             let _ = s.exit(&());
         });
         assert!(r.is_err());
-        let _ = gpu_scope::scope!(on_escape = panic, {
+        gpu_scope::scope!(on_escape = panic, {
             SINK.lock().unwrap().push(floats(8));
         });
         return;
