@@ -76,6 +76,119 @@ impl Model {
     }
 }
 
+/// Owned receivers: the method owns `self`, which dies with its body like any owned argument.
+#[derive(Tensors, Default, Debug)]
+struct Owner {
+    cache: Vec<Tensor>,
+}
+
+// The receiver forms are what is tested here.
+#[allow(clippy::needless_arbitrary_self_type)]
+impl Owner {
+    /// The body uses one field of `self`: a closure would capture only that field, and leave
+    /// the rest of `self` alive in the function until after the search.
+    #[gpu_scope(on_escape = error)]
+    fn consume(mut self) -> Result<Tensor, Error> {
+        self.cache.push(floats(100));
+        Ok(floats(1))
+    }
+
+    #[gpu_scope(on_escape = error)]
+    fn consume_typed(mut self: Self) -> Result<Tensor, Error> {
+        self.cache.push(floats(100));
+        Ok(floats(1))
+    }
+
+    #[gpu_scope(on_escape = error)]
+    fn consume_boxed(mut self: Box<Self>) -> Result<Tensor, Error> {
+        self.cache.push(floats(100));
+        Ok(floats(1))
+    }
+
+    #[gpu_scope(on_escape = error)]
+    async fn consume_later(mut self) -> Result<Tensor, Error> {
+        self.cache.push(floats(100));
+        Ok(floats(1))
+    }
+
+    /// Still `self` to the body, format strings included.
+    #[gpu_scope(on_escape = error)]
+    fn describe(mut self) -> Result<bool, Error> {
+        self.cache.push(floats(100));
+        Ok(format!("{self:?}").contains("cache"))
+    }
+}
+
+/// The report of a call that left nothing escaped.
+fn kept_return(result: Result<Tensor, Error>) {
+    let _returned = result.unwrap_or_else(|e| panic!("{e}"));
+    let report = last_report().unwrap();
+    assert!(report.is_clean(), "{report}");
+}
+
+#[test]
+fn an_owned_receiver_dies_inside() {
+    kept_return(Owner::default().consume());
+    kept_return(Owner::default().consume_typed());
+    kept_return(Box::new(Owner::default()).consume_boxed());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    kept_return(runtime.block_on(Owner::default().consume_later()));
+    assert!(Owner::default().describe().unwrap());
+    assert!(last_report().unwrap().is_clean());
+}
+
+#[test]
+fn an_owned_shared_receiver_the_caller_gave_away_dies_inside() {
+    kept_nothing(Arc::new(Model::default()).arc());
+    kept_nothing(Rc::new(Model::default()).rc());
+}
+
+/// A `'static` reference or lifetime in the return type borrows from no argument: `self` is
+/// still searched.
+#[derive(Tensors, Default)]
+struct Stepper {
+    v: Vec<Tensor>,
+}
+
+impl Stepper {
+    #[gpu_scope(on_escape = ignore)]
+    fn step_static(&mut self) -> Result<Tensor, &'static str> {
+        self.v.push(floats(100));
+        Ok(floats(10))
+    }
+
+    #[gpu_scope(on_escape = ignore)]
+    fn label(&mut self) -> Option<&'static str> {
+        self.v.push(floats(100));
+        Some("label")
+    }
+
+    #[gpu_scope(on_escape = error)]
+    fn named(&mut self) -> Result<std::borrow::Cow<'static, str>, Error> {
+        self.v.push(floats(100));
+        Ok("named".into())
+    }
+}
+
+#[test]
+fn a_static_borrow_in_the_return_type_leaves_mut_arguments_searched() {
+    let mut stepper = Stepper::default();
+    let steps: [fn(&mut Stepper) -> bool; 3] = [
+        |s| s.step_static().is_ok(),
+        |s| s.label().is_some(),
+        |s| s.named().is_ok(),
+    ];
+    for step in steps {
+        assert!(step(&mut stepper));
+        let report = last_report().unwrap();
+        assert!(report.is_clean(), "{report}");
+        assert!(report.kept >= 400, "{report}");
+    }
+    assert_eq!(stepper.v.len(), 3);
+}
+
 /// The report of a call that must have kept what it stored, and nothing else alive.
 fn kept(result: Result<(), Error>) -> ScopeReport {
     result.unwrap_or_else(|e| panic!("{e}"));

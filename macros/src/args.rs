@@ -5,7 +5,10 @@
 //!   type may borrow from it (it cannot be looked at while that borrow lives). A shared one
 //!   (`&T`) was made before the scope: tch modules whose tensors are private to tch hold
 //!   nothing the scope made, unless reached through a cell or lock.
-//! - Owned: moved into the body (`let x = x;`), so that it dies inside the scope.
+//! - Owned: moved into the body (`let x = x;`), so that it dies inside the scope. An owned
+//!   receiver (`self`, `self: Box<Self>`, `self: Arc<Self>`, ...) cannot be rebound under its
+//!   name: the body takes all of it instead (see `take_self`), where a closure would capture
+//!   only the fields it uses and leave the rest alive in the function until after the search.
 //! - Owned handles that share their contents with the caller (`Arc`, `Rc`): a weak handle,
 //!   taken before the body moves the argument, keeps what the caller still holds.
 use crate::types::{self, Receiver};
@@ -24,6 +27,8 @@ pub(crate) struct Args {
     pub owned: Vec<TokenStream>,
     /// A `self: Pin<&mut Self>` receiver: the body gets a reborrow of it (see `rename_self`).
     pub pinned_self: Option<Token![self]>,
+    /// An owned receiver: the body takes it (see `take_self`).
+    pub owned_self: Option<Token![self]>,
 }
 
 /// Sorts the arguments; moves `mut` from owned bindings in the signature to their rebinding,
@@ -48,7 +53,10 @@ pub(crate) fn classify(sig: &mut Signature, body: &Block) -> Args {
                         args.pinned_self = Some(this);
                         args.roots.push((quote!(#this), false));
                     }
-                    Receiver::Owned => args.owned.push(quote!(#this)),
+                    Receiver::Owned => {
+                        args.owned.push(quote!(#this));
+                        args.owned_self = Some(this);
+                    }
                     Receiver::Borrowed { .. } | Receiver::PinnedMut => {}
                 }
             }
@@ -79,6 +87,25 @@ pub(crate) fn classify(sig: &mut Signature, body: &Block) -> Args {
         }
     }
     args
+}
+
+/// Makes the closure or async block of the body take an owned receiver whole, so that it dies
+/// inside the scope like the other owned arguments. `self` cannot be rebound (`let self = self;`)
+/// and renaming it would miss the `self` of format strings (`"{self:?}"`); instead, a move of
+/// `self` on a path that is never taken makes the body capture all of it by value, without
+/// changing what `self` is in the user's code. The body then drops it when it ends, before the
+/// search (a closure's captures when it is called, an async block's when it completes). A
+/// `Copy` receiver is captured by reference, and holds no tensor.
+pub(crate) fn take_self(this: Token![self]) -> TokenStream {
+    let span = Span::mixed_site();
+    let local = crate::local::local(crate::local::SELF, span);
+    quote_spanned! {span=>
+        #[allow(unreachable_code, clippy::empty_loop)]
+        if false {
+            let #local = #this;
+            loop {}
+        }
+    }
 }
 
 /// Collects `let [mut] x = x;` for each by-value binding of a pattern that the body mentions,

@@ -28,6 +28,7 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
 ///     let exit = Guard::enter(opts);
 ///     let ret = run_body(|| {                 // `return` and `?` end the closure
 ///         let mut x = x; let s = s;           // owned arguments die inside
+///                                             // (an owned `self`: see `args::take_self`)
 ///         if false { let never: R = loop {}; return never; }  // pins the closure's type
 ///         body
 ///     });
@@ -185,10 +186,12 @@ fn kept_values(args: &Args, ret_ty: Option<&Type>) -> (Vec<TokenStream>, TokenSt
     (shares, kept.collect())
 }
 
-/// `{ reborrow; rebinds; fake return; user's block }`: what the closure or async block runs.
+/// `{ reborrow or take of self; rebinds; fake return; user's block }`: what the closure or
+/// async block runs.
 fn body(func: &ItemFn, args: &Args, ret_ty: Option<&Type>) -> TokenStream {
     let span = Span::mixed_site();
     let reborrow = args.pinned_self.map(rename_self::reborrow);
+    let take_self = args.owned_self.map(args::take_self);
     let rebinds = &args.rebinds;
     // Pins the type of the closure or async block to the declared return type (`impl Trait`
     // as `_`), so that `?` and `return` inside it convert as in the function itself.
@@ -210,7 +213,7 @@ fn body(func: &ItemFn, args: &Args, ret_ty: Option<&Type>) -> TokenStream {
     // The user's statements, not their block: a block of one expression as the value of
     // another would be linted (`unused_braces`) at the user's braces.
     let stmts = &func.block.stmts;
-    quote_spanned!(span=> { #reborrow #(#rebinds)* #fake_return #(#stmts)* })
+    quote_spanned!(span=> { #reborrow #take_self #(#rebinds)* #fake_return #(#stmts)* })
 }
 
 /// A function returning `!` never ends normally: its scope is entered, the body runs inline,

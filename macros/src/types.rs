@@ -50,14 +50,21 @@ pub(crate) fn impl_trait_inferred(ty: &Type) -> Type {
 
 /// Whether a value of this type may hold a borrow (a reference, a lifetime, `impl Trait`):
 /// then it may borrow from a `&mut` argument, which cannot be looked at again while it lives.
+/// `'static` borrows from no argument: `&'static str` and `Cow<'static, str>` count only for
+/// what they contain.
 pub(crate) fn may_borrow(ty: &Type) -> bool {
     struct Finder(bool);
     impl Visit<'_> for Finder {
-        fn visit_type_reference(&mut self, _: &TypeReference) {
-            self.0 = true;
+        fn visit_type_reference(&mut self, r: &TypeReference) {
+            match &r.lifetime {
+                Some(l) if is_static(l) => syn::visit::visit_type_reference(self, r),
+                _ => self.0 = true,
+            }
         }
-        fn visit_lifetime(&mut self, _: &syn::Lifetime) {
-            self.0 = true;
+        fn visit_lifetime(&mut self, l: &syn::Lifetime) {
+            if !is_static(l) {
+                self.0 = true;
+            }
         }
         fn visit_type_impl_trait(&mut self, _: &syn::TypeImplTrait) {
             self.0 = true;
@@ -66,6 +73,10 @@ pub(crate) fn may_borrow(ty: &Type) -> bool {
     let mut f = Finder(false);
     f.visit_type(ty);
     f.0
+}
+
+fn is_static(l: &syn::Lifetime) -> bool {
+    l.ident == "static"
 }
 
 /// How a method's receiver relates to the caller's value.
@@ -102,5 +113,45 @@ pub(crate) fn receiver(ty: &Type) -> Receiver {
             }
         }
         _ => Receiver::Owned,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::may_borrow;
+
+    fn borrows(ty: &str) -> bool {
+        may_borrow(&syn::parse_str(ty).expect("a type"))
+    }
+
+    #[test]
+    fn static_borrows_from_no_argument() {
+        for ty in [
+            "Result<Tensor, &'static str>",
+            "Option<&'static str>",
+            "Cow<'static, str>",
+            "(Tensor, &'static mut [u8])",
+            "Box<dyn Error + Send + 'static>",
+            "Result<Tensor, String>",
+        ] {
+            assert!(!borrows(ty), "{ty}");
+        }
+    }
+
+    #[test]
+    fn other_lifetimes_references_and_impl_trait_may_borrow() {
+        for ty in [
+            "Option<&mut Tensor>",
+            "&'a Tensor",
+            "Cow<'_, str>",
+            "&'static &'a Tensor",
+            "&'static Foo<'a>",
+            "Result<Tensor, &str>",
+            "Box<dyn Fn() + 'a>",
+            "impl Iterator<Item = Tensor> + 'static",
+            "for<'b> fn(&'b str) -> &'b str",
+        ] {
+            assert!(borrows(ty), "{ty}");
+        }
     }
 }
