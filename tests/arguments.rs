@@ -351,3 +351,25 @@ fn a_borrowed_module_hides_no_leak_and_one_filled_inside_is_not_judged() {
         "{report}"
     );
 }
+
+#[gpu_scope(on_escape = error)]
+fn fill_pair((x, cache): (&Tensor, &mut Vec<Tensor>)) -> Result<(), Error> {
+    cache.push(x * 2);
+    Ok(())
+}
+
+#[gpu_scope(on_escape = error)]
+fn fill_nested(((owned, x), cache): ((Tensor, &Tensor), &mut Vec<Tensor>)) -> Result<(), Error> {
+    cache.push(x + &owned);
+    Ok(())
+}
+
+/// A tuple argument destructured in the signature: each element is sorted as an argument of
+/// its own (a `&mut` element is searched, an owned one dies inside).
+#[test]
+fn elements_of_a_destructured_tuple_argument_are_arguments() {
+    let (x, mut cache) = (floats(4), Vec::new());
+    kept(fill_pair((&x, &mut cache)));
+    kept(fill_nested(((floats(4), &x), &mut cache)));
+    assert_eq!(cache.len(), 2);
+}

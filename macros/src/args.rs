@@ -60,33 +60,45 @@ pub(crate) fn classify(sig: &mut Signature, body: &Block) -> Args {
                     Receiver::Borrowed { .. } | Receiver::PinnedMut => {}
                 }
             }
-            FnArg::Typed(pt) => {
-                let name = match &*pt.pat {
-                    Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => {
-                        Some(p.ident.clone())
-                    }
-                    _ => None,
-                };
-                match (types::strip_parens(&pt.ty), name) {
-                    (Type::Reference(r), Some(name)) => {
-                        if !(r.mutability.is_some() && may_borrow) {
-                            args.roots.push((quote!(#name), r.mutability.is_none()));
-                        }
-                    }
-                    (Type::Reference(_), None) => {}
-                    (_, name) => {
-                        args.owned.extend(name.map(|name| quote!(#name)));
-                        Rebind {
-                            body: &body,
-                            rebinds: &mut args.rebinds,
-                        }
-                        .visit_pat_mut(&mut pt.pat);
-                    }
-                }
-            }
+            FnArg::Typed(pt) => typed(&mut pt.pat, &pt.ty, may_borrow, &body, &mut args),
         }
     }
     args
+}
+
+/// Sorts one typed argument, or one element of a tuple argument destructured in the signature
+/// (`(x, cache): (&Tensor, &mut Vec<Tensor>)`), whose elements are sorted one by one.
+fn typed(pat: &mut Pat, ty: &Type, may_borrow: bool, body: &TokenStream, args: &mut Args) {
+    let ty = types::strip_parens(ty);
+    if let (Pat::Tuple(pats), Type::Tuple(tys)) = (&mut *pat, ty) {
+        let rest = pats.elems.iter().any(|p| matches!(p, Pat::Rest(_)));
+        if !rest && pats.elems.len() == tys.elems.len() {
+            for (pat, ty) in pats.elems.iter_mut().zip(&tys.elems) {
+                typed(pat, ty, may_borrow, body, args);
+            }
+            return;
+        }
+    }
+    let name = match &*pat {
+        Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => Some(p.ident.clone()),
+        _ => None,
+    };
+    match (ty, name) {
+        (Type::Reference(r), Some(name)) => {
+            if !(r.mutability.is_some() && may_borrow) {
+                args.roots.push((quote!(#name), r.mutability.is_none()));
+            }
+        }
+        (Type::Reference(_), None) => {}
+        (_, name) => {
+            args.owned.extend(name.map(|name| quote!(#name)));
+            Rebind {
+                body,
+                rebinds: &mut args.rebinds,
+            }
+            .visit_pat_mut(pat);
+        }
+    }
 }
 
 /// Makes the closure or async block of the body take an owned receiver whole, so that it dies
