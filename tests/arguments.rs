@@ -373,3 +373,45 @@ fn elements_of_a_destructured_tuple_argument_are_arguments() {
     kept(fill_nested(((floats(4), &x), &mut cache)));
     assert_eq!(cache.len(), 2);
 }
+
+#[gpu_scope(on_escape = error)]
+fn fill_optional(out: Option<&mut Vec<Tensor>>, seen: Option<&Tensor>) -> Result<(), Error> {
+    if let (Some(out), Some(seen)) = (out, seen) {
+        out.push(seen * 2);
+    }
+    Ok(())
+}
+
+#[gpu_scope(on_escape = error)]
+async fn fill_optional_later(mut out: Option<&mut Vec<Tensor>>) -> Result<(), Error> {
+    if let Some(out) = out.take() {
+        out.push(floats(4));
+    }
+    Ok(())
+}
+
+#[gpu_scope(on_escape = error)]
+fn fill_optional_shared(cache: Option<Arc<Mutex<Vec<Tensor>>>>) -> Result<(), Error> {
+    if let Some(cache) = cache {
+        cache.lock().unwrap().push(floats(4));
+    }
+    Ok(())
+}
+
+/// `Option<&mut T>`, `Option<&T>` and `Option<Arc<T>>` arguments: what the caller holds
+/// through them is kept, as through the bare reference or handle.
+#[test]
+fn optional_borrows_and_handles_are_kept() {
+    let (x, mut cache) = (floats(4), Vec::new());
+    kept(fill_optional(Some(&mut cache), Some(&x)));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    kept(runtime.block_on(fill_optional_later(Some(&mut cache))));
+    assert_eq!(cache.len(), 2);
+    let shared = Arc::new(Mutex::new(Vec::new()));
+    kept(fill_optional_shared(Some(Arc::clone(&shared))));
+    assert_eq!(shared.lock().unwrap().len(), 1);
+    kept_nothing(fill_optional(None, None));
+    kept_nothing(fill_optional_shared(None));
+}

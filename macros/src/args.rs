@@ -83,6 +83,27 @@ fn typed(pat: &mut Pat, ty: &Type, may_borrow: bool, body: &TokenStream, args: &
         Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => Some(p.ident.clone()),
         _ => None,
     };
+    if let (Some(r), Some(name), Pat::Ident(p)) = (types::option_of_reference(ty), &name, &mut *pat)
+    {
+        if r.mutability.is_none() {
+            // `Option<&T>` is `Copy`: the body copies it, and it is searched after.
+            args.roots.push((quote!(#name), true));
+            return;
+        }
+        if !may_borrow {
+            // `Option<&mut T>`: the body gets a reborrow, so that it can be searched after.
+            args.roots.push((quote!(#name), false));
+            if !mentions(body.clone(), name) {
+                return;
+            }
+            let span = Span::mixed_site();
+            let mutability = p.mutability.replace(Token![mut](span));
+            args.rebinds.push(quote_spanned! {span=>
+                let #mutability #name = ::gpu_scope::__private::reborrow(&mut #name);
+            });
+            return;
+        }
+    }
     match (ty, name) {
         (Type::Reference(r), Some(name)) => {
             if !(r.mutability.is_some() && may_borrow) {

@@ -75,6 +75,24 @@ pub(crate) fn may_borrow(ty: &Type) -> bool {
     f.0
 }
 
+/// The reference in `Option<&T>` or `Option<&mut T>`, as the user wrote it.
+pub(crate) fn option_of_reference(ty: &Type) -> Option<&TypeReference> {
+    let Type::Path(p) = strip_parens(ty) else {
+        return None;
+    };
+    let last = p.path.segments.last()?;
+    let syn::PathArguments::AngleBracketed(args) = &last.arguments else {
+        return None;
+    };
+    match (last.ident == "Option", args.args.first(), args.args.len()) {
+        (true, Some(syn::GenericArgument::Type(t)), 1) => match strip_parens(t) {
+            Type::Reference(r) => Some(r),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 fn is_static(l: &syn::Lifetime) -> bool {
     l.ident == "static"
 }

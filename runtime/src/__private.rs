@@ -103,6 +103,12 @@ impl<T: ?Sized> ViaOpaque for &Root<'_, T> {
     }
 }
 
+/// The reborrow an `Option<&mut T>` argument's body gets: the argument itself is searched after
+/// the body.
+pub fn reborrow<'b, T: ?Sized>(arg: &'b mut Option<&mut T>) -> Option<&'b mut T> {
+    arg.as_deref_mut()
+}
+
 /// An owned argument, wrapped for autoref specialisation: `(&&Owned(&arg)).__gpu_scope_share()`
 /// gives a weak handle on an `Arc` or `Rc` of a [`Tensors`] type, a [`SharedUnseen`] for one
 /// of another type, and [`Unshared`] for anything else.
@@ -171,6 +177,24 @@ impl<T: Tensors + ?Sized> ViaShared for &Owned<'_, Rc<T>> {
     type Handle = SharedRc<T>;
     fn __gpu_scope_share(&self) -> SharedRc<T> {
         SharedRc((Rc::strong_count(self.0) > 1).then(|| Rc::downgrade(self.0)))
+    }
+}
+
+impl<T: Tensors + ?Sized> ViaShared for &Owned<'_, Option<Arc<T>>> {
+    type Handle = Option<SharedArc<T>>;
+    fn __gpu_scope_share(&self) -> Option<SharedArc<T>> {
+        self.0
+            .as_ref()
+            .map(|a| ViaShared::__gpu_scope_share(&&Owned(a)))
+    }
+}
+
+impl<T: Tensors + ?Sized> ViaShared for &Owned<'_, Option<Rc<T>>> {
+    type Handle = Option<SharedRc<T>>;
+    fn __gpu_scope_share(&self) -> Option<SharedRc<T>> {
+        self.0
+            .as_ref()
+            .map(|a| ViaShared::__gpu_scope_share(&&Owned(a)))
     }
 }
 

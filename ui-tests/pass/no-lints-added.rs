@@ -30,6 +30,18 @@ fn stop(message: &str) -> ! {
     panic!("{message}")
 }
 
+#[gpu_scope]
+fn optional(
+    out: Option<&mut Vec<Tensor>>,
+    _left: Option<&mut Vec<Tensor>>,
+    (x, v): (&Tensor, &mut Vec<Tensor>),
+) {
+    if let Some(out) = out {
+        out.push(x * 2);
+    }
+    v.push(x + 1);
+}
+
 fn returns_early() -> i32 {
     gpu_scope::scope!({
         return 3;
@@ -57,5 +69,7 @@ fn main() {
     let _ = (one(&t), fallible(&t).unwrap());
     drop(later(1.0));
     unit(&t);
+    let (mut a, mut b) = (vec![], vec![]);
+    optional(Some(&mut a), None, (&t, &mut b));
     let _ = stop as fn(&str) -> !;
 }
