@@ -357,3 +357,20 @@ fn keep_grad_takes_a_bool() {
     assert!(with_grad_true());
     assert!(!with_grad_false());
 }
+
+#[gpu_scope::gpu_scope(on_escape = ignore)]
+fn scaler() -> impl Fn(&Tensor) -> Tensor {
+    let w = floats(4);
+    move |x: &Tensor| x * &w
+}
+
+/// As the README's Limits say: a returned closure is opaque, so the tensor it captured is
+/// reported escaped and the closure is named in the report.
+#[test]
+fn a_returned_closure_is_named_and_its_captures_are_not_seen() {
+    let f = scaler();
+    let report = gpu_scope::last_report().unwrap();
+    assert_eq!(report.escaped.len(), 1, "{report}");
+    assert_eq!(report.opaque_kept.len(), 1, "{report}");
+    assert_eq!(f(&floats(4)).numel(), 4);
+}
