@@ -25,7 +25,8 @@ pub(crate) fn off(at: Place) -> c_int {
 pub(crate) fn restore(previous: c_int, at: Place) {
     OFF.with(|o| {
         let mut off = o.borrow_mut();
-        if let Some(i) = off.iter().rposition(|l| *l == at) {
+        // The same scope's place, by address (the last one but after an async suspension).
+        if let Some(i) = off.iter().rposition(|l| std::ptr::eq(*l, at)) {
             off.remove(i);
         }
     });
