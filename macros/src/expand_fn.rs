@@ -151,7 +151,12 @@ fn returns(
     // Generated (mixed-site) tokens for the call itself: lints such as clippy's
     // `useless_conversion` (when the error type is `gpu_scope::Error`) are not the user's.
     let converted = quote_spanned!(local::at(on_escape)=> ::core::convert::From::from(#error));
-    let fail = quote_spanned!(at=> ::core::result::Result::Err(#converted));
+    // Through a trait that any `Result` implements: another type is refused with a message
+    // that names the option (instead of a bare type mismatch).
+    let fail = match ret_ty {
+        Some(ty) => quote_spanned!(at=> <#ty as #private::ErrorReturn>::err(#converted)),
+        None => quote_spanned!(at=> ::core::result::Result::Err(#converted)),
+    };
     quote_spanned! {span=>
         #(#shares)*
         let #error = #failed;

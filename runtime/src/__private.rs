@@ -103,6 +103,25 @@ impl<T: ?Sized> ViaOpaque for &Root<'_, T> {
     }
 }
 
+/// The return type of a function under `on_escape = error`: a `Result`, to carry the escape.
+#[diagnostic::on_unimplemented(
+    message = "`on_escape = error` makes the function return `Err` on an escape: it must return \
+               `Result<_, E>` with `E: From<gpu_scope::Error>`, not `{Self}`",
+    label = "not a `Result`"
+)]
+pub trait ErrorReturn {
+    type Error;
+    fn err(error: Self::Error) -> Self;
+}
+
+#[diagnostic::do_not_recommend]
+impl<T, E> ErrorReturn for Result<T, E> {
+    type Error = E;
+    fn err(error: E) -> Self {
+        Err(error)
+    }
+}
+
 /// The reborrow an `Option<&mut T>` argument's body gets: the argument itself is searched after
 /// the body.
 pub fn reborrow<'b, T: ?Sized>(arg: &'b mut Option<&mut T>) -> Option<&'b mut T> {
