@@ -154,7 +154,11 @@ fn returns(
     // Through a trait that any `Result` implements: another type is refused with a message
     // that names the option (instead of a bare type mismatch).
     let fail = match ret_ty {
-        Some(ty) => quote_spanned!(at=> <#ty as #private::ErrorReturn>::err(#converted)),
+        Some(ty) => {
+            // `Result<impl Trait, E>` names its `impl Trait` as `_` here.
+            let ty = types::impl_trait_inferred(ty);
+            quote_spanned!(at=> <#ty as #private::ErrorReturn>::err(#converted))
+        }
         None => quote_spanned!(at=> ::core::result::Result::Err(#converted)),
     };
     quote_spanned! {span=>
