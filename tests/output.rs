@@ -115,6 +115,27 @@ fn an_escape_panics_at_the_users_exit() {
     assert!(at[1].starts_with("tests/output.rs:"), "{stderr}");
 }
 
+#[gpu_scope::gpu_scope(device = Device::Cuda(7), on_escape = ignore)]
+fn on_a_missing_device() -> i32 {
+    7
+}
+
+/// `ignore` is about escapes: a scope that cannot be entered still says so, and its code runs
+/// unscoped.
+#[test]
+fn ignore_still_warns_that_a_scope_could_not_be_entered() {
+    if in_child() {
+        assert_eq!(on_a_missing_device(), 7);
+        let value = gpu_scope::scope!(device = Device::Cuda(7), on_escape = ignore, { 8 });
+        assert_eq!(value, 8);
+        return;
+    }
+    let out = child("ignore_still_warns_that_a_scope_could_not_be_entered", &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stderr.matches("does not exist").count(), 2, "{stderr}");
+}
+
 #[test]
 fn the_policy_variable_is_honoured_and_a_bad_value_is_reported_once() {
     if in_child() {

@@ -16,7 +16,8 @@ pub enum EscapePolicy {
     Warn,
     /// Return [`Error::Escaped`](crate::Error::Escaped) or [`Error::OverBudget`](crate::Error::OverBudget).
     Error,
-    /// Only record it in the report.
+    /// Only record it in the report. A scope that cannot be entered (a device that does not
+    /// exist) or ends out of order is still warned about.
     Ignore,
 }
 

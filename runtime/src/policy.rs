@@ -45,7 +45,8 @@ fn failed(policy: EscapePolicy, report: ScopeReport) -> Result<ScopeReport, Erro
 
 /// A scope could not be entered, or was ended by its enclosing scope before its own exit:
 /// under `error` the caller gets the error; otherwise, after a panic (`panic`: unless one is
-/// unwinding) or a warning, the code goes on (unscoped, when entering failed).
+/// unwinding) or a warning, the code goes on (unscoped, when entering failed). `ignore` is
+/// about escapes: bad input still warns, as code that runs unscoped is checked by nobody.
 #[track_caller]
 pub(crate) fn bad_input(
     policy: EscapePolicy,
@@ -55,8 +56,7 @@ pub(crate) fn bad_input(
     match policy {
         EscapePolicy::Error => return Err(error),
         EscapePolicy::Panic if !std::thread::panicking() => panic!("{error}"),
-        EscapePolicy::Panic | EscapePolicy::Warn => warn(location, &error),
-        EscapePolicy::Ignore => {}
+        EscapePolicy::Panic | EscapePolicy::Warn | EscapePolicy::Ignore => warn(location, &error),
     }
     Ok(())
 }
