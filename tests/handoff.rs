@@ -211,3 +211,44 @@ fn a_future_instrumented_where_its_scope_is_open_charges_once() {
         "{r}"
     );
 }
+
+/// Work carried on through the handle of a scope that has ended inside another one is charged
+/// to that one, which took over the ended scope's allocations: a leak there is still found.
+#[test]
+fn a_handle_of_an_ended_inner_scope_charges_the_enclosing_one() {
+    let _serial = common::serial();
+    let report = escaped(
+        scope(strict("request"), || {
+            let (inner, _) = scope(strict("step"), || gpu_scope::current().unwrap()).unwrap();
+            assert!(!inner.is_open());
+            std::thread::spawn(move || inner.in_scope(|| SINK.lock().unwrap().push(floats(13))))
+                .join()
+                .unwrap();
+        })
+        .map(|(_, r)| r),
+    );
+    assert_eq!(report.escaped.len(), 1, "{report}");
+    assert_eq!(report.escaped_bytes, block(52), "{report}");
+    SINK.lock().unwrap().clear();
+}
+
+/// Carried work is attributed as the scope's own is (always, in debug builds).
+#[test]
+fn carried_work_is_attributed_like_the_scope() {
+    let _serial = common::serial();
+    let report = escaped(scope(strict("carried-named"), || {
+        let here = gpu_scope::current().unwrap();
+        std::thread::spawn(move || here.in_scope(|| SINK.lock().unwrap().push(floats(17))))
+            .join()
+            .unwrap();
+    }));
+    assert!(report.attributed, "{report}");
+    assert_eq!(report.escaped.len(), 1, "{report}");
+    assert!(report.escaped[0].operator.is_some(), "{report}");
+    assert_eq!(
+        report.escaped[0].shape.as_deref(),
+        Some(&[17][..]),
+        "{report}"
+    );
+    SINK.lock().unwrap().clear();
+}

@@ -2,6 +2,7 @@
 //! made there while the handle is entered are charged to the scope (frees are seen on every
 //! thread anyway).
 use crate::ledger::Frame;
+use crate::sites;
 use crate::thread::{self, Token};
 use std::future::Future;
 use std::pin::Pin;
@@ -9,8 +10,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 /// A handle on an open scope, to run work for it on another thread or task. Cheap to clone;
-/// `Send` and `Sync`. Once the scope has ended, work run through the handle is not tracked by
-/// it (the scopes open where it runs still see that work).
+/// `Send` and `Sync`. Once the scope has ended, work run through the handle is charged to the
+/// scope it ended inside (which took over its allocations) while that one is open, else to
+/// nothing (the scopes open where it runs still see that work).
 #[derive(Clone, Debug)]
 pub struct ScopeHandle {
     frame: Arc<Frame>,
@@ -42,9 +44,14 @@ impl Drop for Entered {
 impl ScopeHandle {
     /// Runs `f` on this thread as part of the scope: what it allocates (and what libtorch's
     /// worker threads allocate for it) is charged to the scope; scopes opened inside nest in
-    /// it. The thread's autograd mode is left as it is.
+    /// it. The thread's autograd mode is left as it is. Operators are attributed as in the
+    /// scope itself.
     pub fn in_scope<R>(&self, f: impl FnOnce() -> R) -> R {
-        let _entered = Entered(thread::push(self.frame.clone(), false, false).ok());
+        let token = self.frame.open_successor().and_then(|frame| {
+            let operators = frame.location().is_some_and(sites::attributed);
+            thread::push(frame, false, operators).ok()
+        });
+        let _entered = Entered(token);
         f()
     }
 

@@ -188,6 +188,8 @@ pub(crate) struct FrameState {
     /// Blocks a library holds on purpose (workspaces) that scopes closed inside this one let
     /// go of: its report accounts for them too.
     held_inside: Vec<(Held, DeviceId, u64)>,
+    /// The frames it closed inside: where work carried on through its handle is charged.
+    closed_into: Option<Chain>,
 }
 
 impl Drop for Frame {
@@ -232,6 +234,22 @@ impl Frame {
 
     pub(crate) fn is_open(&self) -> bool {
         self.lock().open
+    }
+
+    /// This frame while it is open; once closed, the open frame it closed into (its live
+    /// allocations went there), if any.
+    pub(crate) fn open_successor(self: &Arc<Frame>) -> Option<Arc<Frame>> {
+        let mut frame = self.clone();
+        loop {
+            let next = {
+                let state = frame.lock();
+                if state.open {
+                    return Some(frame.clone());
+                }
+                state.closed_into.as_ref()?.first()?.clone()
+            };
+            frame = next;
+        }
     }
 
     /// Records that autograd graph nodes were made while the frame was on a thread's stack.
@@ -597,6 +615,7 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
             return Closed::default();
         }
         state.open = false;
+        state.closed_into = enclosing.cloned();
         open_frames(-1);
         (
             std::mem::take(&mut state.stats),
