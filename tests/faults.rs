@@ -90,6 +90,13 @@ fn a_scope_on_a_missing_device_is_an_error_and_changes_nothing() {
     let err = Scope::enter(ScopeOptions::new("gpu").device(Device::Cuda(7))).unwrap_err();
     assert!(matches!(err, Error::NoSuchDevice { .. }), "{err}");
     assert!(err.to_string().contains("cuda:7"), "{err}");
+    // What exists instead, by name (on a CPU-only machine: the CPU alone).
+    let has = err.to_string();
+    assert!(
+        has.contains("(it has the CPU") || has.contains("(it has only the CPU)"),
+        "{has}"
+    );
+    assert!(!has.contains(" × "), "{has}");
     assert_eq!(ledger_state(), before);
     assert_eq!(before.depth, 1);
     outer.exit(&()).unwrap();

@@ -43,7 +43,7 @@ impl fmt::Display for Error {
             Error::NoSuchDevice { device, available } => write!(
                 f,
                 "gpu-scope: device `{device}` does not exist in this process ({available}); \
-                 pick an existing device or check `tch::Cuda::device_count()`"
+                 give the scope one of those"
             ),
             Error::Escaped(r) => {
                 write!(

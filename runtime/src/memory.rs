@@ -85,16 +85,19 @@ pub(crate) fn check_device(device: tch::Device) -> Result<Option<i32>, Error> {
         available,
     };
     match accelerator() {
-        Some((k, count)) if k == kind => {
-            // libtorch numbers devices with an i8.
-            if index < count as usize {
-                Ok(Some(index as i32))
-            } else {
-                Err(missing(format!("{count} device(s) of that kind")))
-            }
+        // libtorch numbers devices with an i8.
+        Some((k, count)) if k == kind && index < count as usize => Ok(Some(index as i32)),
+        Some((k, count)) => {
+            let first = DeviceId::from_raw(k, 0);
+            Err(missing(match count {
+                1 => format!("it has the CPU and {first}"),
+                _ => format!(
+                    "it has the CPU and {first} to {}",
+                    DeviceId::from_raw(k, count - 1)
+                ),
+            }))
         }
-        Some((k, count)) => Err(missing(format!("{count} × {}", DeviceId::from_raw(k, 0)))),
-        None => Err(missing("no accelerator, only the CPU".to_owned())),
+        None => Err(missing("it has only the CPU".to_owned())),
     }
 }
 
