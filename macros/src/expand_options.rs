@@ -47,21 +47,10 @@ pub(crate) fn scope_options(
             Bytes::Size(bytes) => quote_spanned!(span=> #bytes),
             // Typed `u64` by the call, so that `8 * 1024 * 1024 * 1024` does not overflow `i32`.
             Bytes::Expr(expr) if literal_arithmetic(expr) => quote!(#expr),
-            // Any integer type, evaluated once. A value that `u64` cannot hold is, negative, a
-            // budget of zero bytes (which the scope's first allocation goes over), and too large,
-            // no limit.
-            Bytes::Expr(expr) => quote_spanned! {local::at(expr.span())=> {
-                let bytes = #expr;
-                match <u64 as ::core::convert::TryFrom<_>>::try_from(bytes) {
-                    ::core::result::Result::Ok(bytes) => bytes,
-                    ::core::result::Result::Err(_) => {
-                        match <i128 as ::core::convert::TryFrom<_>>::try_from(bytes) {
-                            ::core::result::Result::Ok(negative) if negative < 0 => 0,
-                            _ => u64::MAX,
-                        }
-                    }
-                }
-            }},
+            // Any integer type (and nothing else: `true` is no budget), evaluated once.
+            Bytes::Expr(expr) => quote_spanned! {local::at(expr.span())=>
+                #private::Budget::bytes(#expr)
+            },
         };
         out.extend(quote_spanned!(span=> .max_peak(#bytes)));
     }

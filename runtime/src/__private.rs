@@ -103,6 +103,33 @@ impl<T: ?Sized> ViaOpaque for &Root<'_, T> {
     }
 }
 
+/// What `max_peak = <expr>` takes: an integer number of bytes, of any integer type. A value
+/// that `u64` cannot hold is, negative, a budget of zero bytes (which the scope's first
+/// allocation goes over), and too large, no limit.
+#[diagnostic::on_unimplemented(
+    message = "`max_peak` takes an integer number of bytes or a size string (\"1.5 GiB\"), \
+               not `{Self}`",
+    label = "not an integer"
+)]
+pub trait Budget {
+    fn bytes(self) -> u64;
+}
+
+macro_rules! budget {
+    ($($t:ty),*) => {
+        $(impl Budget for $t {
+            fn bytes(self) -> u64 {
+                match u64::try_from(self) {
+                    Ok(bytes) => bytes,
+                    Err(_) if i128::try_from(self).is_ok_and(|v| v < 0) => 0,
+                    Err(_) => u64::MAX,
+                }
+            }
+        })*
+    };
+}
+budget!(u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize);
+
 /// The return type of a function under `on_escape = error`: a `Result`, to carry the escape.
 #[diagnostic::on_unimplemented(
     message = "`on_escape = error` makes the function return `Err` on an escape: it must return \
