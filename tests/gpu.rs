@@ -127,6 +127,31 @@ fn an_inner_scopes_workspace_is_held_in_the_enclosing_report() {
     .unwrap();
 }
 
+/// libtorch empties every device's cache at once: what a device the scope did not use gave
+/// back is in the report too, on a row of its own.
+#[test]
+fn a_release_reports_what_every_device_gave_back() {
+    let _serial = common::serial();
+    if cuda(2).is_none() {
+        return;
+    }
+    gpu_scope::empty_cache(Device::Cuda(0)).unwrap();
+    // A segment of its own on cuda:1 (see below), cached after the drop.
+    drop(floats(8 << 20, 1));
+    assert!(memory_stats(Device::Cuda(1)).unwrap().releasable >= 32 << 20);
+    let (_, r) = scope(strict("only-cuda0"), || drop(floats(8 << 20, 0))).unwrap();
+    let other = r
+        .devices
+        .iter()
+        .find(|d| d.device.is_some_and(|x| x.to_string() == "cuda:1"))
+        .unwrap_or_else(|| panic!("no cuda:1 row: {r}"));
+    assert!(other.cache_released >= 32 << 20, "{r}");
+    assert_eq!(other.allocations, 0, "{r}");
+    let rows: u64 = r.devices.iter().map(|d| d.cache_released).sum();
+    assert_eq!(r.cache_released, rows, "{r}");
+    assert!(r.is_clean(), "{r}");
+}
+
 #[test]
 fn reports_and_release_are_per_device() {
     let _serial = common::serial();

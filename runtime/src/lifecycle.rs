@@ -274,6 +274,16 @@ impl OpenScope {
                     .map_or(0, |(_, b)| *b),
             })
             .collect();
+        // A device the scope did not use whose cache the release emptied too.
+        for (device, bytes) in &released.per_device {
+            if !devices.iter().any(|d| d.device == Some(*device)) {
+                devices.push(DeviceReport {
+                    device: Some(*device),
+                    cache_released: *bytes,
+                    ..DeviceReport::default()
+                });
+            }
+        }
         devices.sort_by_key(|d| d.device);
         let total = &closed.stats.total;
         ScopeReport {

@@ -5,7 +5,8 @@ use crate::device::DeviceId;
 use crate::memory::{self, accelerator};
 use crate::options::ReleasePolicy;
 
-/// What a release did: whether `emptyCache` ran, and the bytes each device got back.
+/// What a release did: whether `emptyCache` ran, and the bytes each device got back (every
+/// device: libtorch empties them all at once, the ones the scope did not use included).
 #[derive(Debug, Default)]
 pub(crate) struct Released {
     pub ran: bool,
@@ -29,13 +30,17 @@ pub(crate) fn run(policy: ReleasePolicy, outermost: bool, used: &[DeviceId]) -> 
     if !run {
         return Released::default();
     }
-    let before: Vec<u64> = used.iter().map(|d| stats(d).reserved).collect();
+    let all: Vec<DeviceId> = accelerator()
+        .map(|(kind, count)| (0..count).map(|i| DeviceId::from_raw(kind, i)).collect())
+        .unwrap_or_default();
+    let before: Vec<u64> = all.iter().map(|d| stats(d).reserved).collect();
     // SAFETY: no arguments.
     let ran = crate::ffi::check(unsafe { crate::ffi::gs_empty_cache() }).is_ok();
-    let per_device = used
+    let per_device = all
         .iter()
         .zip(before)
         .map(|(d, before)| (*d, before.saturating_sub(stats(d).reserved)))
+        .filter(|(d, bytes)| *bytes > 0 || used.contains(d))
         .collect();
     Released { ran, per_device }
 }
