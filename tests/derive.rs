@@ -126,3 +126,32 @@ fn a_model_of_nn_layers_is_kept() {
         [1, 2]
     );
 }
+
+/// A type parameter that only skipped fields (or a skipped variant) use needs no `Tensors`.
+#[derive(Tensors)]
+struct Tagged<T, M> {
+    t: T,
+    #[tensors(skip)]
+    meta: M,
+}
+
+#[derive(Tensors)]
+enum Cached<T, K> {
+    Hit(T),
+    #[tensors(skip)]
+    Miss(K),
+}
+
+#[test]
+fn parameters_only_skipped_fields_use_are_not_bounded() {
+    let file = std::fs::File::open(file!()).unwrap();
+    let tagged = Tagged {
+        t: floats(1),
+        meta: file,
+    };
+    assert_eq!(count(&tagged), 1);
+    assert!(tagged.meta.metadata().is_ok());
+    assert_eq!(count(&Cached::<Tensor, std::fs::File>::Hit(floats(1))), 1);
+    let miss = Cached::<Tensor, std::fs::File>::Miss(std::fs::File::open(file!()).unwrap());
+    assert_eq!(count(&miss), 0);
+}

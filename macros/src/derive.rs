@@ -75,6 +75,46 @@ fn visit_fields(fields: &Fields, set: &syn::Ident) -> syn::Result<(TokenStream, 
     Ok((quote!({ #(#binds,)* .. }), quote!(#(#visits)*)))
 }
 
+/// The type parameters named in the types of the fields that are visited.
+fn visited_params(input: &DeriveInput) -> syn::Result<Vec<syn::Ident>> {
+    struct Names<'a>(&'a [syn::Ident], Vec<syn::Ident>);
+    impl syn::visit::Visit<'_> for Names<'_> {
+        fn visit_path(&mut self, path: &syn::Path) {
+            if let Some(first) = path.segments.first() {
+                if self.0.contains(&first.ident) && !self.1.contains(&first.ident) {
+                    self.1.push(first.ident.clone());
+                }
+            }
+            syn::visit::visit_path(self, path);
+        }
+    }
+    let params: Vec<syn::Ident> = input
+        .generics
+        .type_params()
+        .map(|p| p.ident.clone())
+        .collect();
+    let fields: Vec<&Fields> = match &input.data {
+        Data::Struct(s) => vec![&s.fields],
+        Data::Enum(e) => {
+            let mut visited = Vec::new();
+            for v in &e.variants {
+                if !skipped(&v.attrs)? {
+                    visited.push(&v.fields);
+                }
+            }
+            visited
+        }
+        Data::Union(_) => vec![],
+    };
+    let mut names = Names(&params, Vec::new());
+    for field in fields.into_iter().flatten() {
+        if !skipped(&field.attrs)? {
+            syn::visit::Visit::visit_type(&mut names, &field.ty);
+        }
+    }
+    Ok(names.1)
+}
+
 /// Input: `#[derive(Tensors)] struct M<T> { a: T, #[tensors(skip)] n: String }`
 /// Output: `impl<T: Tensors> Tensors for M<T> { fn visit(&self, set) { match self { M { a, .. } => a.visit(set) } } }`
 pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
@@ -106,11 +146,16 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
                  live; implement `gpu_scope::Tensors` by hand",
             )),
         };
+    // Only the type parameters that a visited field's type names are bounded: one that only
+    // skipped fields use (`#[tensors(skip)] meta: T`) may be anything.
+    let used = visited_params(&input)?;
     let mut generics = input.generics.clone();
     for param in generics.type_params_mut() {
-        param
-            .bounds
-            .push(syn::parse_quote!(::gpu_scope::__private::Tensors));
+        if used.contains(&param.ident) {
+            param
+                .bounds
+                .push(syn::parse_quote!(::gpu_scope::__private::Tensors));
+        }
     }
     let (impl_generics, ty_generics, where_clause) = generics.split_for_impl();
     Ok(quote! {
