@@ -544,34 +544,35 @@ fn wait_for<G>(mut attempt: impl FnMut() -> Option<G>) -> Option<G> {
     }
 }
 
+/// Searches what a lock guards (once per search), after waiting for it; a lock held
+/// elsewhere is named as not inspected.
+fn visit_locked<L: ?Sized, G: std::ops::Deref<Target: Tensors>>(
+    lock: &L,
+    set: &mut StorageSet,
+    attempt: impl FnMut() -> Option<G>,
+) {
+    set.once::<L, L>(lock, |set| match wait_for(attempt) {
+        Some(v) => set.made_before(false, |set| v.visit(set)),
+        None => set.add_uninspected(std::any::type_name::<L>()),
+    })
+}
+
 impl<T: Tensors + ?Sized> Tensors for Mutex<T> {
     fn visit(&self, set: &mut StorageSet) {
-        set.once::<Self, Self>(self, |set| {
-            let guard = wait_for(|| match self.try_lock() {
-                Ok(v) => Some(v),
-                Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-                Err(TryLockError::WouldBlock) => None,
-            });
-            match guard {
-                Some(v) => set.made_before(false, |set| v.visit(set)),
-                None => set.add_uninspected(std::any::type_name::<Self>()),
-            }
+        visit_locked(self, set, || match self.try_lock() {
+            Ok(v) => Some(v),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
         })
     }
 }
 
 impl<T: Tensors + ?Sized> Tensors for RwLock<T> {
     fn visit(&self, set: &mut StorageSet) {
-        set.once::<Self, Self>(self, |set| {
-            let guard = wait_for(|| match self.try_read() {
-                Ok(v) => Some(v),
-                Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-                Err(TryLockError::WouldBlock) => None,
-            });
-            match guard {
-                Some(v) => set.made_before(false, |set| v.visit(set)),
-                None => set.add_uninspected(std::any::type_name::<Self>()),
-            }
+        visit_locked(self, set, || match self.try_read() {
+            Ok(v) => Some(v),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
         })
     }
 }
