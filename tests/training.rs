@@ -3,7 +3,7 @@
 //! escaped; a real leak next to them is still found; and autograd off names `keep_grad`.
 mod common;
 
-use common::{block, child, device, escaped, in_child, strict};
+use common::{block, child, device, escaped, in_child, serial, strict};
 use gpu_scope::{scope, HeldBy, Scope, ScopeOptions};
 use std::sync::Mutex;
 use tch::nn::{self, Module, OptimizerConfig};
@@ -113,6 +113,8 @@ fn sgd_with_momentum_and_rmsprop_are_clean() {
 
 #[test]
 fn a_leak_next_to_a_training_step_is_found() {
+    // LEAKED is shared: another test clearing it would free this one's leak.
+    let _serial = serial();
     let mut s = setup(nn::Adam::default());
     let r = escaped(train(&mut s, true));
     assert_eq!(r.escaped.len(), 1, "{r}");
@@ -126,6 +128,8 @@ fn a_leak_next_to_a_training_step_is_found() {
 /// variables, and is held on purpose; a leak beside a later step is still found.
 #[test]
 fn a_step_whose_backward_ran_in_other_scopes_holds_its_state_on_purpose() {
+    // LEAKED is shared: another test clearing it would free this one's leak.
+    let _serial = serial();
     let mut s = setup(nn::Adam::default());
     for _ in 0..2 {
         let (_, r) = scope(strict("accumulate").keep_grad_mode(true), || {
@@ -213,6 +217,8 @@ fn autograd_off_names_the_scope_that_turned_it_off() {
 /// held by one, and a leak is an escape, not `autograd graph`.
 #[test]
 fn a_graph_made_outside_hides_no_leak() {
+    // LEAKED is shared: another test clearing it would free this one's leak.
+    let _serial = serial();
     let w = Tensor::randn([8], (Kind::Float, device())).set_requires_grad(true);
     let h = &w * 2.0;
     let r = escaped(
