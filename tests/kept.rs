@@ -313,3 +313,25 @@ fn returned_shared_cells() {
     let expected: u64 = [4, 8, 12, 16].into_iter().map(block).sum();
     assert_eq!(on(&report).kept, expected, "{report}");
 }
+
+/// A hand-written `visit` that wraps each item in a fresh `Rc` and lock: each temporary is
+/// dropped before the next is made, often at the same address, and each is still searched.
+struct Snapshots(Vec<Tensor>);
+
+impl gpu_scope::Tensors for Snapshots {
+    fn visit(&self, set: &mut gpu_scope::StorageSet) {
+        for t in &self.0 {
+            std::rc::Rc::new(t.shallow_clone()).visit(set);
+            std::sync::Mutex::new(t.shallow_clone()).visit(set);
+        }
+    }
+}
+
+#[test]
+fn temporaries_made_while_searching_are_each_searched() {
+    let (_s, report) = clean(scope(strict("snapshots"), || {
+        Snapshots(vec![floats(1), floats(2), floats(3), floats(4)])
+    }));
+    let expected: u64 = [4, 8, 12, 16].into_iter().map(block).sum();
+    assert_eq!(on(&report).kept, expected, "{report}");
+}

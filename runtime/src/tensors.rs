@@ -37,9 +37,11 @@ pub struct StorageSet {
     /// Device and byte size of each variable of a kept optimizer: the state an optimizer makes
     /// for a variable has its size.
     pub(crate) optimized: rustc_hash::FxHashSet<(DeviceId, u64)>,
-    /// Shared pointers and cells already searched (address, type name, `made_before`): a
-    /// value reached again, through a reference cycle or a second pointer, is searched once.
-    visited: rustc_hash::FxHashSet<(usize, usize, bool)>,
+    /// The shared pointers and cells being searched right now, from the kept value down to
+    /// here (address, type name, `made_before`): one reached again inside itself is a
+    /// reference cycle. (A set of all those searched would wrongly skip a temporary that a
+    /// hand-written `visit` makes where an earlier one was freed.)
+    searching: rustc_hash::FxHashSet<(usize, usize, bool)>,
 }
 
 impl Drop for StorageSet {
@@ -174,8 +176,8 @@ impl StorageSet {
     }
 
     /// Runs `visit` on the value at `at` (what a shared pointer points at, or a cell) unless
-    /// this search has been there already: a kept tree whose nodes point back at their parents
-    /// is searched once, not forever.
+    /// it is being searched already, further up: a kept tree whose nodes point back at their
+    /// parents is searched, not followed round forever.
     fn once<Via: ?Sized, T: ?Sized>(&mut self, at: *const T, visit: impl FnOnce(&mut Self)) {
         // The type it is reached through tells apart a value and its first field, or a cell
         // and the `Arc` that points at it, which share an address.
@@ -185,8 +187,9 @@ impl StorageSet {
             name.as_ptr() as usize,
             self.made_before,
         );
-        if self.visited.insert(key) {
-            visit(self)
+        if self.searching.insert(key) {
+            visit(self);
+            self.searching.remove(&key);
         }
     }
 
