@@ -122,6 +122,21 @@ fn an_inner_scopes_workspace_is_held_in_the_enclosing_report() {
         );
         assert!(outer.to_string().contains("cuBLAS workspace"), "{outer}");
         gpu_scope::clear_workspaces().unwrap();
+        // Given back inside the enclosing scope: freed there, held by nobody.
+        let (_, outer) = scope(strict("epoch"), || {
+            scope(strict("first-matmul"), || drop(a.matmul(&a))).unwrap();
+            gpu_scope::clear_workspaces().unwrap();
+        })
+        .unwrap();
+        assert_eq!(
+            outer.held_by(HeldBy::Workspace("cuBLAS workspace")),
+            0,
+            "{outer}"
+        );
+        assert!(
+            outer.is_clean() && outer.freed == outer.allocated,
+            "{outer}"
+        );
     })
     .join()
     .unwrap();

@@ -79,20 +79,20 @@ impl Judge for Check<'_> {
         if marked || self.kept.keys.contains(&key) {
             Fate::Kept
         } else if let Some(&kind) = self.workspaces.get(&key) {
-            Fate::Library(HeldBy::Workspace(kind))
+            Fate::Held(HeldBy::Workspace(kind))
         } else if entry.made.backward {
-            Fate::HeldOutside(HeldBy::Gradient)
+            Fate::Held(HeldBy::Gradient)
         } else if entry.made.grad_off
             && (self.gradients.contains(&(key.1, entry.bytes))
                 || self.kept.optimized.contains(&(key.1, entry.asked())))
         {
             // The size of a gradient made here, or of a kept optimizer's variable (a step
             // whose backward ran in other scopes: gradient accumulation).
-            Fate::HeldOutside(HeldBy::OptimizerState)
+            Fate::Held(HeldBy::OptimizerState)
         } else if self.kept.autograd_graph && self.graph {
-            Fate::HeldOutside(HeldBy::AutogradGraph)
+            Fate::Held(HeldBy::AutogradGraph)
         } else if !self.uninspected.is_empty() {
-            Fate::HeldOutside(HeldBy::Uninspected)
+            Fate::Held(HeldBy::Uninspected)
         } else {
             Fate::Escaped
         }

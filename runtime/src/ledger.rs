@@ -185,9 +185,6 @@ pub(crate) struct FrameState {
     /// the scope below it (an async scope suspended with this one still open in it): where
     /// its live allocations go when it ends off the stack.
     pub parked_in: Option<Chain>,
-    /// Blocks a library holds on purpose (workspaces) that scopes closed inside this one let
-    /// go of: its report accounts for them too.
-    held_inside: Vec<(Held, DeviceId, u64)>,
     /// The frames it closed inside: where work carried on through its handle is charged.
     closed_into: Option<Chain>,
 }
@@ -556,11 +553,10 @@ pub(crate) fn untrack(keys: impl IntoIterator<Item = Key>) {
 pub(crate) enum Fate {
     /// Owned by what the scope hands back: moves on to the enclosing frame.
     Kept,
-    /// Held on purpose by a library (a workspace): no scope tracks it any more.
-    Library(Held),
-    /// Held on purpose by tensors the scope cannot see (gradients, optimizer state, an
-    /// autograd graph): moves on to the enclosing frame.
-    HeldOutside(Held),
+    /// Held on purpose: by a library (a workspace), or by tensors the scope cannot see
+    /// (gradients, optimizer state, an autograd graph). Moves on to the enclosing frame, which
+    /// judges it again (it may have been freed meanwhile).
+    Held(Held),
     /// Owned by nothing the scope hands back.
     Escaped,
 }
@@ -605,11 +601,11 @@ pub(crate) fn with_entry<R>(key: Key, f: impl FnOnce(&Entry) -> R) -> Option<R> 
     shard(key).get(&key).map(f)
 }
 
-/// Ends `frame`: each live entry is judged; kept and outside-held ones move to the innermost
-/// frame of `enclosing` (or leave tracking when there is none), library-held ones leave
-/// tracking, escaped ones are returned. `enclosing` is the chain the frame closes inside.
+/// Ends `frame`: each live entry is judged; kept and held ones move to the innermost frame of
+/// `enclosing` (or leave tracking when there is none), escaped ones are returned. `enclosing`
+/// is the chain the frame closes inside.
 pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn Judge) -> Closed {
-    let (stats, mut keys, saw_backward, held_inside) = {
+    let (stats, mut keys, saw_backward) = {
         let mut state = frame.lock();
         if !state.open {
             return Closed::default();
@@ -621,26 +617,24 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
             std::mem::take(&mut state.stats),
             std::mem::take(&mut state.keys),
             state.saw_backward,
-            std::mem::take(&mut state.held_inside),
         )
     };
+    if frame.made_graph() {
+        if let Some(enclosing) = enclosing.and_then(|c| c.first()) {
+            enclosing.note_graph();
+        }
+    }
     let mut closed = Closed {
         stats,
-        held: held_inside,
         ..Default::default()
     };
-    if keys.is_empty() && closed.held.is_empty() {
+    if keys.is_empty() {
         // Nothing alive (a clean scope whose blocks were all freed): nothing to hand on.
-        if let Some(enclosing) = enclosing.and_then(|c| c.first()) {
-            if frame.made_graph() {
-                enclosing.note_graph();
-            }
-        }
         spare_keys::give(keys);
         return closed;
     }
     let enclosing = enclosing.filter(|c| c.first().is_some_and(|e| e.is_open()));
-    let stays = |fate: &Fate| matches!(fate, Fate::Kept | Fate::HeldOutside(_));
+    let stays = |fate: &Fate| fate != &Fate::Escaped;
     // Handed on to the enclosing frame: those already charged to all of its chain (every
     // block of a scope nested in it on this thread) at once, the others (an async scope
     // closing elsewhere than it ran) after everything that leaves, so that the enclosing
@@ -657,7 +651,7 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
         let fate = judge.fate(key, entry, entry.kept_past == Some(frame.id));
         match fate {
             Fate::Kept => closed.kept.both(key.1, |c| c.gain(bytes)),
-            Fate::HeldOutside(held) | Fate::Library(held) => closed.held.push((held, key.1, bytes)),
+            Fate::Held(held) => closed.held.push((held, key.1, bytes)),
             Fate::Escaped => {}
         }
         match (stays(&fate), enclosing) {
@@ -678,22 +672,12 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
     }
     spare_keys::give(keys);
     if let Some(chain) = enclosing {
-        if frame.made_graph() {
-            chain[0].note_graph();
-        }
-        // Workspaces leave tracking here: the enclosing scope, which counted their allocation,
-        // is told who holds them.
-        let library = closed
-            .held
-            .iter()
-            .filter(|(by, ..)| matches!(by, Held::Workspace(_)));
-        if !moved.is_empty() || saw_backward || library.clone().next().is_some() {
+        if !moved.is_empty() || saw_backward {
             let mut state = chain[0].lock();
             state.keys.extend(moved);
             // Gradients handed on are looked for again when the enclosing scope is checked
             // (an optimizer's state, made beside them, has their sizes).
             state.saw_backward |= saw_backward;
-            state.held_inside.extend(library);
         }
         for key in charged_later {
             if let Some(entry) = shard(key).get_mut(&key) {
