@@ -90,7 +90,10 @@ fn typed(pat: &mut Pat, ty: &Type, may_borrow: bool, body: &TokenStream, args: &
             args.roots.push((quote!(#name), true));
             return;
         }
-        if !may_borrow {
+        // A named lifetime may have to outlive the body (stored in `self` or another argument):
+        // such an argument moves into the body whole, as any owned one.
+        let named = r.lifetime.as_ref().is_some_and(|l| l.ident != "_");
+        if !may_borrow && !named {
             // `Option<&mut T>`: the body gets a reborrow, so that it can be searched after.
             args.roots.push((quote!(#name), false));
             if !mentions(body.clone(), name) {

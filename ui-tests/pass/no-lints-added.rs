@@ -42,6 +42,25 @@ fn optional(
     v.push(x + 1);
 }
 
+/// An optional `&'a mut` stored where it must live on: moved into the body, not reborrowed.
+struct Holder<'a> {
+    out: Option<&'a mut Vec<Tensor>>,
+}
+
+impl<'a> Holder<'a> {
+    #[gpu_scope]
+    fn set(&mut self, out: Option<&'a mut Vec<Tensor>>) {
+        self.out = out;
+    }
+}
+
+#[gpu_scope]
+fn stash<'a>(out: Option<&'a mut Vec<Tensor>>, keep: &mut Vec<&'a mut Vec<Tensor>>) {
+    if let Some(v) = out {
+        keep.push(v);
+    }
+}
+
 fn returns_early() -> i32 {
     gpu_scope::scope!({
         return 3;
@@ -71,5 +90,11 @@ fn main() {
     unit(&t);
     let (mut a, mut b) = (vec![], vec![]);
     optional(Some(&mut a), None, (&t, &mut b));
+    let mut holder = Holder { out: None };
+    holder.set(Some(&mut a));
+    assert!(holder.out.is_some());
+    let mut kept = vec![];
+    stash(Some(&mut b), &mut kept);
+    assert_eq!(kept.len(), 1);
     let _ = stop as fn(&str) -> !;
 }
