@@ -155,3 +155,23 @@ fn parameters_only_skipped_fields_use_are_not_bounded() {
     let miss = Cached::<Tensor, std::fs::File>::Miss(std::fs::File::open(file!()).unwrap());
     assert_eq!(count(&miss), 0);
 }
+
+macro_rules! list {
+    ($t:ty) => { Vec<$t> };
+}
+
+/// A field whose type is a macro call: its parameters are bounded (the derive cannot read it).
+#[derive(Tensors)]
+struct ByMacro<T> {
+    items: list!(T),
+}
+
+#[test]
+fn a_field_typed_by_a_macro_is_visited() {
+    assert_eq!(
+        count(&ByMacro {
+            items: vec![floats(1), floats(1)]
+        }),
+        2
+    );
+}

@@ -75,10 +75,14 @@ fn visit_fields(fields: &Fields, set: &syn::Ident) -> syn::Result<(TokenStream, 
     Ok((quote!({ #(#binds,)* .. }), quote!(#(#visits)*)))
 }
 
-/// The type parameters named in the types of the fields that are visited.
+/// The type parameters named in the types of the fields that are visited (all of them when
+/// such a type is a macro call, whose tokens cannot be read as a type).
 fn visited_params(input: &DeriveInput) -> syn::Result<Vec<syn::Ident>> {
     struct Names<'a>(&'a [syn::Ident], Vec<syn::Ident>);
     impl syn::visit::Visit<'_> for Names<'_> {
+        fn visit_macro(&mut self, _: &syn::Macro) {
+            self.1 = self.0.to_vec();
+        }
         fn visit_path(&mut self, path: &syn::Path) {
             if let Some(first) = path.segments.first() {
                 if self.0.contains(&first.ident) && !self.1.contains(&first.ident) {
