@@ -119,9 +119,8 @@ macro_rules! budget {
     ($($t:ty),*) => {
         $(impl Budget for $t {
             fn bytes(self) -> u64 {
-                match u64::try_from(self) {
-                    Ok(bytes) => bytes,
-                    Err(_) if i128::try_from(self).is_ok_and(|v| v < 0) => 0,
+                match i128::try_from(self) {
+                    Ok(bytes) => bytes.clamp(0, i128::from(u64::MAX)) as u64,
                     Err(_) => u64::MAX,
                 }
             }
