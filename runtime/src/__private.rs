@@ -29,7 +29,7 @@ impl Guard {
         match OpenScope::enter(opts.clone()) {
             Ok(scope) => Guard { scope: Some(scope) },
             Err(e) => {
-                let _ = policy::bad_input(opts.policy(), opts.location, e);
+                let _ = policy::bad_input(&opts, e);
                 Guard { scope: None }
             }
         }
@@ -40,9 +40,7 @@ impl Guard {
     pub fn try_enter(opts: ScopeOptions) -> Result<Guard, Error> {
         match OpenScope::enter(opts.clone()) {
             Ok(scope) => Ok(Guard { scope: Some(scope) }),
-            Err(e) => {
-                policy::bad_input(opts.policy(), opts.location, e).map(|()| Guard { scope: None })
-            }
+            Err(e) => policy::bad_input(&opts, e).map(|()| Guard { scope: None }),
         }
     }
 

@@ -25,7 +25,7 @@ impl<F: Future> ScopeFuture<F> {
         match Self::open(opts, inner) {
             Ok(future) => future,
             Err((opts, inner, e)) => {
-                let _ = policy::bad_input(opts.policy(), opts.location, e);
+                let _ = policy::bad_input(&opts, e);
                 ScopeFuture {
                     inner: Box::pin(inner),
                     scope: None,
@@ -40,7 +40,7 @@ impl<F: Future> ScopeFuture<F> {
         match Self::open(opts, inner) {
             Ok(future) => Ok(future),
             Err((opts, inner, e)) => {
-                policy::bad_input(opts.policy(), opts.location, e)?;
+                policy::bad_input(&opts, e)?;
                 Ok(ScopeFuture {
                     inner: Box::pin(inner),
                     scope: None,

@@ -67,10 +67,7 @@ fn install_hint() {
 
 /// The line added to such errors: which scopes turned autograd off (`off`, outermost first).
 fn hint(off: &[Place]) -> String {
-    let places: Vec<String> = off
-        .iter()
-        .map(|l| format!("{}:{}", l.file(), l.line()))
-        .collect();
+    let places: Vec<String> = off.iter().map(|l| crate::report::place(l)).collect();
     format!(
         "gpu-scope: this ran with autograd off, turned off by the scope(s) opened at {} (scopes \
          turn autograd off by default, for inference); for training code give each of them the \

@@ -119,11 +119,13 @@ impl OpenScope {
     pub(crate) fn finish(self, kept: StorageSet, police: bool) -> Result<ScopeReport, Error> {
         let policy = self.opts.policy();
         if !self.frame.is_open() {
-            let (name, location) = (self.opts.name.clone(), self.opts.location);
+            let opts = self.opts.clone();
             let report = self.close(StorageSet::new(), false);
-            let error = Error::EndedByEnclosing { scope: name };
+            let error = Error::EndedByEnclosing {
+                scope: opts.name.clone(),
+            };
             return match police {
-                true => policy::bad_input(policy, location, error).map(|()| report),
+                true => policy::bad_input(&opts, error).map(|()| report),
                 false => Err(error),
             };
         }

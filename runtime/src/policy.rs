@@ -1,5 +1,5 @@
 //! What a scope does about its verdict: the escape policy, decided here and nowhere else.
-use crate::options::EscapePolicy;
+use crate::options::{EscapePolicy, ScopeOptions};
 use crate::report::ScopeReport;
 use crate::Error;
 use std::collections::HashMap;
@@ -48,15 +48,13 @@ fn failed(policy: EscapePolicy, report: ScopeReport) -> Result<ScopeReport, Erro
 /// unwinding) or a warning, the code goes on (unscoped, when entering failed). `ignore` is
 /// about escapes: bad input still warns, as code that runs unscoped is checked by nobody.
 #[track_caller]
-pub(crate) fn bad_input(
-    policy: EscapePolicy,
-    location: &'static Location<'static>,
-    error: Error,
-) -> Result<(), Error> {
-    match policy {
+pub(crate) fn bad_input(opts: &ScopeOptions, error: Error) -> Result<(), Error> {
+    match opts.policy() {
         EscapePolicy::Error => return Err(error),
         EscapePolicy::Panic if !std::thread::panicking() => panic!("{error}"),
-        EscapePolicy::Panic | EscapePolicy::Warn | EscapePolicy::Ignore => warn(location, &error),
+        EscapePolicy::Panic | EscapePolicy::Warn | EscapePolicy::Ignore => {
+            warn(opts.location, &error)
+        }
     }
     Ok(())
 }

@@ -218,7 +218,7 @@ fn files_lines<S: serde::Serializer>(ls: &[&Location], s: S) -> Result<S::Ok, S:
 }
 
 /// `file:line`.
-fn place(l: &Location) -> String {
+pub(crate) fn place(l: &Location) -> String {
     format!("{}:{}", l.file(), l.line())
 }
 

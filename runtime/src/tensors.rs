@@ -178,7 +178,11 @@ impl StorageSet {
     /// Runs `visit` on the value at `at` (what a shared pointer points at, or a cell) unless
     /// it is being searched already, further up: a kept tree whose nodes point back at their
     /// parents is searched, not followed round forever.
-    fn once<Via: ?Sized, T: ?Sized>(&mut self, at: *const T, visit: impl FnOnce(&mut Self)) {
+    fn unless_searching<Via: ?Sized, T: ?Sized>(
+        &mut self,
+        at: *const T,
+        visit: impl FnOnce(&mut Self),
+    ) {
         // The type it is reached through tells apart a value and its first field, or a cell
         // and the `Arc` that points at it, which share an address.
         let name = std::any::type_name::<Via>();
@@ -414,7 +418,7 @@ macro_rules! shared {
     ($($t:ident),* $(,)?) => {
         $(impl<T: Tensors + ?Sized> Tensors for $t<T> {
             fn visit(&self, set: &mut StorageSet) {
-                set.once::<Self, T>($t::as_ptr(self), |set| (**self).visit(set))
+                set.unless_searching::<Self, T>($t::as_ptr(self), |set| (**self).visit(set))
             }
         })*
     };
@@ -456,7 +460,7 @@ iter!(
 /// even when the cell was made before it.
 impl<T: Tensors> Tensors for std::sync::OnceLock<T> {
     fn visit(&self, set: &mut StorageSet) {
-        set.once::<Self, Self>(self, |set| {
+        set.unless_searching::<Self, Self>(self, |set| {
             set.made_before(false, |set| self.get().visit(set))
         })
     }
@@ -464,7 +468,7 @@ impl<T: Tensors> Tensors for std::sync::OnceLock<T> {
 
 impl<T: Tensors> Tensors for std::cell::OnceCell<T> {
     fn visit(&self, set: &mut StorageSet) {
-        set.once::<Self, Self>(self, |set| {
+        set.unless_searching::<Self, Self>(self, |set| {
             set.made_before(false, |set| self.get().visit(set))
         })
     }
@@ -526,7 +530,7 @@ impl<T: Tensors + ?Sized> Tensors for RefCell<T> {
     fn visit(&self, set: &mut StorageSet) {
         // Borrowed mutably right now: by this thread, further up the stack, which cannot be
         // waited for.
-        set.once::<Self, Self>(self, |set| match self.try_borrow() {
+        set.unless_searching::<Self, Self>(self, |set| match self.try_borrow() {
             Ok(v) => set.made_before(false, |set| v.visit(set)),
             Err(_) => set.add_uninspected(std::any::type_name::<Self>()),
         })
@@ -547,14 +551,14 @@ fn wait_for<G>(mut attempt: impl FnMut() -> Option<G>) -> Option<G> {
     }
 }
 
-/// Searches what a lock guards (once per search), after waiting for it; a lock held
-/// elsewhere is named as not inspected.
+/// Searches what a lock guards (unless it is being searched already, further up), after
+/// waiting for it; a lock held elsewhere is named as not inspected.
 fn visit_locked<L: ?Sized, G: std::ops::Deref<Target: Tensors>>(
     lock: &L,
     set: &mut StorageSet,
     attempt: impl FnMut() -> Option<G>,
 ) {
-    set.once::<L, L>(lock, |set| match wait_for(attempt) {
+    set.unless_searching::<L, L>(lock, |set| match wait_for(attempt) {
         Some(v) => set.made_before(false, |set| v.visit(set)),
         None => set.add_uninspected(std::any::type_name::<L>()),
     })
