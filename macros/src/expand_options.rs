@@ -18,9 +18,10 @@ pub(crate) fn scope_options(
         None => default_name,
         Some(Name::Literal(lit)) => quote!(#lit),
         // Copied from a borrow, so that the name may borrow (`name = self.name.as_str()`)
-        // and an argument named here stays the body's.
+        // and an argument named here stays the body's. A string of any kind (`&str`,
+        // `String`, `Cow<str>`, ...); not a number or anything else that merely displays.
         Some(Name::Expr(expr)) => quote_spanned! {local::at(expr.span())=>
-            #private::ToString::to_string(&#expr)
+            #private::ToOwned::to_owned(#private::AsRef::<str>::as_ref(&#expr))
         },
     };
     let mut out = quote_spanned!(span=> #private::ScopeOptions::new(#name));

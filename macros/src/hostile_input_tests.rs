@@ -115,6 +115,12 @@ fn malformed_attribute_options() {
         ("max_peak = -1", Some("-1"), "cannot be negative"),
         ("max_peak = (-4096)", Some("(-4096)"), "cannot be negative"),
         ("max_peak = 1.5", Some("1.5"), "whole bytes"),
+        ("name = 42", Some("42"), "a scope's name is a string"),
+        (
+            "name = b\"x\"",
+            Some("b\"x\""),
+            "a scope's name is a string",
+        ),
     ];
     table(cases, |args| attribute(args, ITEM));
 }
@@ -212,6 +218,9 @@ fn malformed_blocks() {
             Some("never"),
             "unknown escape policy",
         ),
+        ("name = \"x\" { 1 }", Some("{"), "expected `,` between"),
+        ("keep_grad { 1 }", Some("{"), "expected `,` between"),
+        ("name = 7, { 1 }", Some("7"), "a scope's name is a string"),
     ];
     table(cases, block);
 }

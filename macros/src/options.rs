@@ -89,8 +89,14 @@ impl Options {
         };
         while !at_end(input) {
             options.parse_one(input, form)?;
-            if at_end(input) {
+            if input.is_empty() {
                 break;
+            }
+            if at_end(input) {
+                return Err(input.error(
+                    "expected `,` between the options and the block: write \
+                     `scope!(name = \"step\", { ... })`",
+                ));
             }
             input.parse::<Token![,]>()?;
         }
@@ -108,6 +114,13 @@ impl Options {
                         lit: syn::Lit::Str(lit),
                         ..
                     }) => Name::Literal(lit),
+                    Expr::Lit(lit) => {
+                        return Err(syn::Error::new_spanned(
+                            lit,
+                            "a scope's name is a string: write `name = \"step\"` (or a \
+                             string expression such as `name = format!(\"step {i}\")`)",
+                        ))
+                    }
                     expr => Name::Expr(Box::new(expr)),
                 })
             })

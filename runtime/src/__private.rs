@@ -3,7 +3,7 @@
 //!
 //! Nothing here may show up in a user's compile errors: what generated code requires of user
 //! types is required through public traits (`Tensors`) or std ones (`From`, `TryFrom`,
-//! `ToString`).
+//! `AsRef<str>`).
 use crate::lifecycle::OpenScope;
 use crate::{policy, Error};
 use std::rc::Rc;
@@ -12,7 +12,8 @@ use std::sync::Arc;
 pub use crate::future::{Finish, ScopeFuture};
 pub use crate::options::{EscapePolicy, ReleasePolicy, ScopeOptions};
 pub use crate::tensors::{StorageSet, Tensors};
-pub use std::string::ToString;
+pub use std::borrow::ToOwned;
+pub use std::convert::AsRef;
 
 /// The scope of `#[gpu_scope]` and `scope!`. It decides, from the scope's options, what a
 /// failure to enter and an escape do; generated code only routes the `Err` of the `try_`
