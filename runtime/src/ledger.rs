@@ -136,7 +136,7 @@ impl Counters {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Stats {
     pub total: Counters,
-    pub devices: SmallVec<[(DeviceId, Counters); 2]>,
+    pub devices: SmallVec<[(DeviceId, Counters); 1]>,
 }
 
 impl Stats {
@@ -605,29 +605,24 @@ pub(crate) fn with_entry<R>(key: Key, f: impl FnOnce(&Entry) -> R) -> Option<R> 
 /// `enclosing` (or leave tracking when there is none), escaped ones are returned. `enclosing`
 /// is the chain the frame closes inside.
 pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn Judge) -> Closed {
-    let (stats, mut keys, saw_backward) = {
+    // Filled in place: the result is large, and moving it costs more than closing a clean frame.
+    let mut closed = Closed::default();
+    let (mut keys, saw_backward) = {
         let mut state = frame.lock();
         if !state.open {
-            return Closed::default();
+            return closed;
         }
         state.open = false;
         state.closed_into = enclosing.cloned();
         open_frames(-1);
-        (
-            std::mem::take(&mut state.stats),
-            std::mem::take(&mut state.keys),
-            state.saw_backward,
-        )
+        std::mem::swap(&mut closed.stats, &mut state.stats);
+        (std::mem::take(&mut state.keys), state.saw_backward)
     };
     if frame.made_graph() {
         if let Some(enclosing) = enclosing.and_then(|c| c.first()) {
             enclosing.note_graph();
         }
     }
-    let mut closed = Closed {
-        stats,
-        ..Default::default()
-    };
     if keys.is_empty() {
         // Nothing alive (a clean scope whose blocks were all freed): nothing to hand on.
         spare_keys::give(keys);

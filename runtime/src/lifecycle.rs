@@ -152,8 +152,9 @@ impl OpenScope {
         };
         // Scopes still open inside it end first, unchecked (bad input: scopes end innermost
         // first); the report says where they were opened.
-        let ended_inside: Vec<_> = above.iter().filter_map(|f| f.location()).collect();
+        let mut ended_inside = Vec::new();
         if !above.is_empty() {
+            ended_inside = above.iter().filter_map(|f| f.location()).collect();
             close_inner(&self.frame, &above, enclosing.as_ref());
         }
         // A checked end comes from `finish`, which found the frame open; only this scope

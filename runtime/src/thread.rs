@@ -139,13 +139,17 @@ pub(crate) fn push(frame: Arc<Frame>, owned: bool, operators: bool) -> Result<To
 pub(crate) fn around(token: Token) -> Option<(Vec<Arc<Frame>>, Option<Chain>)> {
     THREAD.with(|t| {
         let stack = t.stack.borrow();
-        let at = stack.iter().position(|l| l.token == token)?;
-        let above = stack[at + 1..]
-            .iter()
-            .rev()
-            .filter(|l| l.owned)
-            .map(|l| l.frame.clone())
-            .collect();
+        let at = stack.iter().rposition(|l| l.token == token)?;
+        // Usually on top: nothing above it to collect.
+        let above = match &stack[at + 1..] {
+            [] => Vec::new(),
+            above => above
+                .iter()
+                .rev()
+                .filter(|l| l.owned)
+                .map(|l| l.frame.clone())
+                .collect(),
+        };
         let below = at.checked_sub(1).map(|i| stack[i].chain.clone());
         Some((above, below))
     })
@@ -156,7 +160,7 @@ pub(crate) fn around(token: Token) -> Option<(Vec<Arc<Frame>>, Option<Chain>)> {
 pub(crate) fn pop(token: Token) {
     THREAD.with(|t| {
         let mut stack = t.stack.borrow_mut();
-        let Some(at) = stack.iter().position(|l| l.token == token) else {
+        let Some(at) = stack.iter().rposition(|l| l.token == token) else {
             return;
         };
         let ops_ended = t
@@ -190,7 +194,7 @@ pub(crate) fn pop(token: Token) {
 pub(crate) fn settle_graphs(token: Token) {
     THREAD.with(|t| {
         let stack = t.stack.borrow();
-        if let Some(at) = stack.iter().position(|l| l.token == token) {
+        if let Some(at) = stack.iter().rposition(|l| l.token == token) {
             note_graphs(&stack[at..]);
         }
     })
