@@ -112,6 +112,7 @@ pub unsafe extern "C" fn gs_rust_on_alloc(
         let device = DeviceId::from_raw(dev_type, dev_index);
         let entry = Entry {
             owner: 0,
+            slot: 0,
             chain: None,
             kept_past: None,
             bytes: bytes as u64,

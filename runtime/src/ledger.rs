@@ -15,7 +15,7 @@
 //! shard's lock and the locks of its chain's frames.
 use crate::device::DeviceId;
 use crate::report::HeldBy as Held;
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 use std::cell::Cell;
 use std::collections::hash_map;
@@ -54,6 +54,8 @@ pub(crate) struct Entry {
     pub chain: Option<Chain>,
     /// Which frame of `chain` owns it (judges it at close).
     pub owner: u8,
+    /// Where its key is in its owner's list (`Owned`).
+    pub slot: u32,
     /// The frame (by id) that `keep` let it outlive.
     pub kept_past: Option<u64>,
     pub bytes: u64,
@@ -160,6 +162,75 @@ impl Stats {
     }
 }
 
+/// The keys of the entries a frame owns, each at the slot its entry remembers. A slot given
+/// up is chained into a free list and reused, so the list never outgrows the most entries the
+/// frame owned at once; adding and removing a key are a store, not a hash.
+#[derive(Debug)]
+struct Owned {
+    keys: Vec<Key>,
+    /// The first free slot; each free slot holds the next (`NO_SLOT` ends the list).
+    free: u32,
+    len: usize,
+}
+
+/// Marks a free slot (no block lives on it) and ends the free list.
+const FREE: DeviceId = DeviceId::from_raw(i32::MIN, 0);
+const NO_SLOT: u32 = u32::MAX;
+
+impl Default for Owned {
+    fn default() -> Owned {
+        Owned {
+            keys: Vec::new(),
+            free: NO_SLOT,
+            len: 0,
+        }
+    }
+}
+
+impl Owned {
+    /// Adds `key`; returns its slot.
+    #[inline]
+    fn add(&mut self, key: Key) -> u32 {
+        self.len += 1;
+        if self.free == NO_SLOT {
+            spare::refill(&mut self.keys);
+            self.keys.push(key);
+            return u32::try_from(self.keys.len() - 1).unwrap_or(NO_SLOT);
+        }
+        let at = self.free;
+        self.free = self.keys[at as usize].0 as u32;
+        self.keys[at as usize] = key;
+        at
+    }
+
+    /// Removes `key` from `slot` (nothing if it is not there: the list was taken by a close).
+    #[inline]
+    fn remove(&mut self, slot: u32, key: Key) {
+        if let Some(place) = self.keys.get_mut(slot as usize).filter(|k| **k == key) {
+            *place = (self.free as usize, FREE);
+            self.free = slot;
+            self.len -= 1;
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The keys with their slots.
+    fn iter(&self) -> impl Iterator<Item = (u32, Key)> + '_ {
+        (0u32..)
+            .zip(self.keys.iter().copied())
+            .filter(|(_, key)| key.1 != FREE)
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        spare::give(std::mem::take(&mut self.keys));
+    }
+}
+
 /// An open scope's bookkeeping. Shared (`Arc`) by the scope, the entries charged to it and any
 /// thread it is carried to.
 #[derive(Debug, Default)]
@@ -178,7 +249,7 @@ pub(crate) struct FrameState {
     pub open: bool,
     pub stats: Stats,
     /// Entries this frame owns.
-    keys: FxHashSet<Key>,
+    keys: Owned,
     /// Some allocation was made during a backward pass (the check then looks for gradients).
     pub saw_backward: bool,
     /// The frames it was opened in, kept when its level was taken off the thread's stack by
@@ -312,47 +383,82 @@ fn next_frame_id() -> u64 {
     })
 }
 
-/// Emptied key sets (of closed frames, of the storages an exit collected), kept per thread for
-/// the next ones: a scope that allocates then neither allocates its sets nor grows them again.
-pub(crate) mod spare_keys {
+/// Emptied key buffers (of closed frames, of the storages an exit collected), kept per thread
+/// for the next ones: a scope that allocates then neither allocates its buffers nor grows them
+/// again.
+pub(crate) mod spare {
     use super::Key;
     use rustc_hash::FxHashSet;
     use std::cell::RefCell;
+    use std::thread::LocalKey;
 
-    /// Sets kept per thread, and the largest capacity worth keeping (a large scope's set goes
-    /// back to the allocator instead of staying with the thread).
+    /// Buffers kept per thread, and the largest capacity worth keeping (a large scope's buffer
+    /// goes back to the allocator instead of staying with the thread).
     const KEPT: usize = 4;
     const MAX_CAPACITY: usize = 256;
 
-    thread_local! {
-        static SPARE: RefCell<Vec<FxHashSet<Key>>> = const { RefCell::new(Vec::new()) };
+    type Pool<T> = LocalKey<RefCell<Vec<T>>>;
+
+    pub(crate) trait Buffer: Default + Sized + 'static {
+        fn capacity(&self) -> usize;
+        fn clear(&mut self);
+        fn pool() -> &'static Pool<Self>;
     }
 
-    /// Gives `set` a spare set's buffer if it has none yet (about to be filled).
+    thread_local! {
+        static SETS: RefCell<Vec<FxHashSet<Key>>> = const { RefCell::new(Vec::new()) };
+        static LISTS: RefCell<Vec<Vec<Key>>> = const { RefCell::new(Vec::new()) };
+    }
+
+    impl Buffer for FxHashSet<Key> {
+        fn capacity(&self) -> usize {
+            self.capacity()
+        }
+        fn clear(&mut self) {
+            self.clear();
+        }
+        fn pool() -> &'static Pool<Self> {
+            &SETS
+        }
+    }
+
+    impl Buffer for Vec<Key> {
+        fn capacity(&self) -> usize {
+            self.capacity()
+        }
+        fn clear(&mut self) {
+            self.clear();
+        }
+        fn pool() -> &'static Pool<Self> {
+            &LISTS
+        }
+    }
+
+    /// Gives `buffer` a spare one's memory if it has none yet (about to be filled).
     #[inline]
-    pub(crate) fn refill(set: &mut FxHashSet<Key>) {
-        if set.capacity() == 0 {
-            take(set);
+    pub(crate) fn refill<T: Buffer>(buffer: &mut T) {
+        if buffer.capacity() == 0 {
+            take(buffer);
         }
     }
 
     #[cold]
-    fn take(set: &mut FxHashSet<Key>) {
-        if let Ok(Some(spare)) = SPARE.try_with(|s| s.borrow_mut().pop()) {
-            *set = spare;
+    fn take<T: Buffer>(buffer: &mut T) {
+        if let Ok(Some(spare)) = T::pool().try_with(|s| s.borrow_mut().pop()) {
+            *buffer = spare;
         }
     }
 
-    /// Keeps `set` (emptied) for a later frame or exit on this thread.
-    pub(crate) fn give(mut set: FxHashSet<Key>) {
-        if set.capacity() == 0 || set.capacity() > MAX_CAPACITY {
+    /// Keeps `buffer` (emptied) for a later frame or exit on this thread.
+    pub(crate) fn give<T: Buffer>(mut buffer: T) {
+        if buffer.capacity() == 0 || buffer.capacity() > MAX_CAPACITY {
             return;
         }
-        set.clear();
-        let _ = SPARE.try_with(|s| {
+        buffer.clear();
+        let _ = T::pool().try_with(|s| {
             let mut spare = s.borrow_mut();
             if spare.len() < KEPT {
-                spare.push(set);
+                spare.push(buffer);
             }
         });
     }
@@ -421,8 +527,7 @@ pub(crate) fn record_alloc(chain: Chain, key: Key, mut entry: Entry) -> bool {
         }
         if owner.is_none() {
             owner = Some(at);
-            spare_keys::refill(&mut state.keys);
-            state.keys.insert(key);
+            entry.slot = state.keys.add(key);
             state.saw_backward |= entry.made.backward;
         }
         state.stats.both(key.1, |c| c.alloc(bytes, requested));
@@ -460,7 +565,7 @@ fn discharge(key: Key, entry: &Entry, freed: bool, except: Option<&Arc<Frame>>) 
         }
         let mut state = frame.lock();
         if owner.is_some_and(|o| Arc::ptr_eq(o, frame)) {
-            state.keys.remove(&key);
+            state.keys.remove(entry.slot, key);
             owner_seen = true;
         }
         if state.open {
@@ -473,7 +578,7 @@ fn discharge(key: Key, entry: &Entry, freed: bool, except: Option<&Arc<Frame>>) 
         }
     }
     if let (Some(owner), false) = (owner, owner_seen) {
-        owner.lock().keys.remove(&key);
+        owner.lock().keys.remove(entry.slot, key);
     }
 }
 
@@ -527,6 +632,7 @@ fn untrack_entry(mut slot: Slot<'_>) -> Entry {
     let entry = slot.get_mut();
     Entry {
         owner: entry.owner,
+        slot: entry.slot,
         chain: entry.chain.take(),
         kept_past: entry.kept_past.take(),
         bytes: entry.bytes,
@@ -593,7 +699,7 @@ pub(crate) fn entries_to_inspect(frame: &Frame) -> Vec<Key> {
     if !state.saw_backward && !accelerator {
         return Vec::new();
     }
-    state.keys.iter().copied().collect()
+    state.keys.iter().map(|(_, key)| key).collect()
 }
 
 /// Reads one entry.
@@ -607,7 +713,7 @@ pub(crate) fn with_entry<R>(key: Key, f: impl FnOnce(&Entry) -> R) -> Option<R> 
 pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn Judge) -> Closed {
     // Filled in place: the result is large, and moving it costs more than closing a clean frame.
     let mut closed = Closed::default();
-    let (mut keys, saw_backward) = {
+    let (keys, saw_backward) = {
         let mut state = frame.lock();
         if !state.open {
             return closed;
@@ -625,7 +731,6 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
     }
     if keys.is_empty() {
         // Nothing alive (a clean scope whose blocks were all freed): nothing to hand on.
-        spare_keys::give(keys);
         return closed;
     }
     let enclosing = enclosing.filter(|c| c.first().is_some_and(|e| e.is_open()));
@@ -634,14 +739,18 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
     // block of a scope nested in it on this thread) at once, the others (an async scope
     // closing elsewhere than it ran) after everything that leaves, so that the enclosing
     // scope never counts them while it still counts blocks that are leaving.
-    let (mut moved, mut charged_later) = (Vec::new(), Vec::new());
-    for key in keys.drain() {
+    let mut charged_later = Vec::new();
+    for (at, key) in keys.iter() {
         let mut map = shard(key);
-        // Freed on another thread after the frame was locked: nothing to judge.
         let hash_map::Entry::Occupied(mut slot) = map.entry(key) else {
+            // Freed on another thread after the frame was locked: nothing to judge.
             continue;
         };
         let entry = slot.get_mut();
+        if entry.slot != at || entry.frame().is_none_or(|f| !Arc::ptr_eq(f, frame)) {
+            // Its address was freed and reused for a block of another frame meanwhile.
+            continue;
+        }
         let bytes = entry.bytes;
         let fate = judge.fate(key, entry, entry.kept_past == Some(frame.id));
         match fate {
@@ -652,7 +761,7 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
         match (stays(&fate), enclosing) {
             (true, Some(chain)) if charged_to(entry, chain) => {
                 entry.owner = position(entry, &chain[0]);
-                moved.push(key);
+                entry.slot = chain[0].lock().keys.add(key);
             }
             (true, Some(_)) => charged_later.push(key),
             _ => {
@@ -665,14 +774,12 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
             }
         }
     }
-    spare_keys::give(keys);
+    drop(keys);
     if let Some(chain) = enclosing {
-        if !moved.is_empty() || saw_backward {
-            let mut state = chain[0].lock();
-            state.keys.extend(moved);
+        if saw_backward {
             // Gradients handed on are looked for again when the enclosing scope is checked
             // (an optimizer's state, made beside them, has their sizes).
-            state.saw_backward |= saw_backward;
+            chain[0].lock().saw_backward = true;
         }
         for key in charged_later {
             if let Some(entry) = shard(key).get_mut(&key) {
@@ -702,7 +809,7 @@ fn charged_to(entry: &Entry, chain: &Chain) -> bool {
 /// (an async scope closing elsewhere than it was polled) are charged now and join its chain.
 fn hand_on(key: Key, entry: &mut Entry, chain: &Chain) {
     let owner = &chain[0];
-    owner.lock().keys.insert(key);
+    entry.slot = owner.lock().keys.add(key);
     let new: Vec<&Arc<Frame>> = chain
         .iter()
         .filter(|f| !entry.charged_to_frame(f))

@@ -46,7 +46,7 @@ pub struct StorageSet {
 
 impl Drop for StorageSet {
     fn drop(&mut self) {
-        crate::ledger::spare_keys::give(std::mem::take(&mut self.keys));
+        crate::ledger::spare::give(std::mem::take(&mut self.keys));
     }
 }
 
@@ -103,7 +103,7 @@ impl StorageSet {
         // A set a closed frame or an earlier exit gave back: collecting what a scope hands
         // back allocates nothing in the steady state.
         let key = |s: &ffi::Storage| (s.ptr as usize, DeviceId::from_raw(s.dev_type, s.dev_index));
-        crate::ledger::spare_keys::refill(&mut self.keys);
+        crate::ledger::spare::refill(&mut self.keys);
         self.keys.extend(storages.iter().map(key));
         if flags & ffi::TENSOR_HAS_GRAPH != 0 {
             self.autograd_graph = true;

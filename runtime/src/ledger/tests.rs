@@ -6,6 +6,7 @@ const DEVICE: DeviceId = DeviceId::from_raw(1, 0);
 fn entry(bytes: u64) -> Entry {
     Entry {
         owner: 0,
+        slot: 0,
         chain: None,
         kept_past: None,
         bytes,
@@ -151,11 +152,60 @@ fn a_closed_frame_takes_no_allocation() {
 /// judges only what it was charged with.
 #[test]
 fn a_spare_key_set_is_taken_empty() {
-    let mut set = FxHashSet::default();
+    let mut set = rustc_hash::FxHashSet::default();
     set.insert(key(7, 0));
-    spare_keys::give(set);
-    let mut taken = FxHashSet::default();
-    spare_keys::refill(&mut taken);
+    spare::give(set);
+    let mut taken = rustc_hash::FxHashSet::default();
+    spare::refill(&mut taken);
     assert!(taken.is_empty());
     assert!(taken.capacity() > 0, "the set was reused");
+}
+
+/// A frame's list of owned keys reuses the slots of freed blocks: a scope that allocates and
+/// frees in a loop keeps a list as long as the most blocks it held at once, and judges each
+/// live block once at its close (also a block at an address freed and reused meanwhile).
+#[test]
+fn a_frame_reuses_the_slots_of_freed_blocks() {
+    let frame = Frame::open();
+    let c = chain(&[&frame]);
+    let k = |n| key(8, n);
+    for round in 0..1000 {
+        for n in 0..3 {
+            assert!(record_alloc(c.clone(), k(n), entry(8)));
+        }
+        // Freed in an order that changes each round.
+        for n in (0..3).filter(|n| (n + round) % 3 != 0) {
+            record_free(k(n));
+        }
+        record_free(k((3 - round % 3) % 3));
+    }
+    assert!(frame.lock().keys.keys.len() <= 3, "slots were reused");
+    record_alloc(c.clone(), k(0), entry(8));
+    record_alloc(c.clone(), k(1), entry(8));
+    record_free(k(0));
+    record_alloc(c.clone(), k(0), entry(16));
+    let closed = close(&frame, None, &Escapes);
+    let mut escaped: Vec<(Key, u64)> = closed.escaped.iter().map(|(k, e)| (*k, e.bytes)).collect();
+    escaped.sort();
+    assert_eq!(escaped, [(k(0), 16), (k(1), 8)], "each live block once");
+    assert_eq!(closed.stats.total.live, 24);
+}
+
+/// A block handed on to the enclosing frame takes a slot there, and is removed from it when
+/// freed: the enclosing frame's close judges only what is still alive.
+#[test]
+fn a_block_handed_on_is_owned_by_the_enclosing_frame() {
+    let (outer, inner) = (Frame::open(), Frame::open());
+    let o = chain(&[&outer]);
+    record_alloc(o.clone(), key(9, 0), entry(4));
+    record_alloc(chain(&[&inner, &outer]), key(9, 1), entry(4));
+    record_alloc(chain(&[&inner, &outer]), key(9, 2), entry(4));
+    close(&inner, Some(&o), &KeepAll);
+    assert_eq!(outer.lock().keys.len, 3);
+    record_free(key(9, 1));
+    assert_eq!(outer.lock().keys.len, 2);
+    let closed = close(&outer, None, &Escapes);
+    let mut escaped: Vec<Key> = closed.escaped.iter().map(|(k, _)| *k).collect();
+    escaped.sort();
+    assert_eq!(escaped, [key(9, 0), key(9, 2)]);
 }
