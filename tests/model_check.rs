@@ -456,13 +456,10 @@ impl Run {
             .map(|&id| (self.info[id].address, self.info[id].bytes))
             .collect();
         let kept_bytes = kept.iter().map(|&id| self.info[id].bytes).sum();
-        // A close is one step: the enclosing scopes' peaks see their live bytes after it, not
-        // some order of its parts. Escapes only lower them and hand-ons only raise them, so
-        // that is escapes first.
-        for id in escaped {
-            self.discharge(id, false);
-        }
-        for id in kept {
+        // Everything it owned moves on to the innermost scope open now (or out of tracking
+        // when none is): escapes too, which escaped from that scope as well unless it hands
+        // them back.
+        for &id in escaped.iter().chain(&kept) {
             self.hand_on(id);
         }
         let mut reported: Vec<(usize, u64)> = (report.escaped.iter())

@@ -47,8 +47,9 @@ struct Tally {
     unattributed: u64,
 }
 
-/// One scope at `depth` (1..=4), shaped by `i`; returns the tensor it hands back.
-fn run(i: u64, depth: u64, tally: &mut Tally) -> Tensor {
+/// One scope at `depth` (1..=4), shaped by `i`; returns the tensor it hands back and how many
+/// escapes were planted in it and the scopes inside it (each escapes from all of them).
+fn run(i: u64, depth: u64, tally: &mut Tally) -> (Tensor, u64) {
     let scope = Scope::enter(ScopeOptions::new("soak").on_escape(EscapePolicy::Error)).unwrap();
     tally.scopes += 1;
     let returned = floats(depth as i64 + 4);
@@ -60,22 +61,37 @@ fn run(i: u64, depth: u64, tally: &mut Tally) -> Tensor {
         LEAKED.lock().unwrap().push(floats(3));
         tally.planted += 1;
     }
-    let nested = (depth < 1 + i % 4).then(|| run(i, depth + 1, tally));
+    let (nested, inside) = match depth < 1 + i % 4 {
+        true => {
+            let (t, planted) = run(i, depth + 1, tally);
+            (Some(t), planted)
+        }
+        false => (None, 0),
+    };
+    let planted = u64::from(plant) + inside;
     match scope.exit(&(&returned, &nested)) {
-        Ok(report) => assert!(!plant, "planted escape not reported: {report}"),
+        Ok(report) => assert_eq!(planted, 0, "planted escape not reported: {report}"),
         Err(Error::Escaped(report)) => {
-            assert!(plant, "false escape at scope {i}/{depth}: {report}");
-            assert_eq!(report.escaped.len(), 1, "{report}");
-            assert_eq!(report.escaped[0].bytes, 12, "{report}");
-            let shape = report.attributed.then_some(&[3][..]);
-            assert_eq!(report.escaped[0].shape.as_deref(), shape, "{report}");
-            tally.unattributed += u64::from(!report.attributed);
-            tally.reported += 1;
+            assert!(planted > 0, "false escape at scope {i}/{depth}: {report}");
+            assert_eq!(report.escaped.len() as u64, planted, "{report}");
+            for escape in &report.escaped {
+                assert_eq!(escape.bytes, 12, "{report}");
+                if report.attributed {
+                    assert_eq!(escape.shape.as_deref(), Some(&[3][..]), "{report}");
+                }
+            }
+            if plant {
+                // Its own escape is attributed exactly when the scope was.
+                let shapes = report.escaped.iter().filter(|e| e.shape.is_some()).count();
+                assert!(report.attributed || shapes as u64 <= inside, "{report}");
+                tally.unattributed += u64::from(!report.attributed);
+                tally.reported += 1;
+            }
         }
         Err(other) => panic!("scope {i}/{depth} failed: {other}"),
     }
     drop((kept, nested));
-    returned
+    (returned, planted)
 }
 
 #[test]
@@ -90,7 +106,7 @@ fn soak_scopes_hold_memory_flat_and_report_exactly_the_planted_escapes() {
         if tally.scopes >= warm_up && rss_after_warm_up.is_none() {
             rss_after_warm_up = Some(rss());
         }
-        drop(run(i, 1, &mut tally));
+        drop(run(i, 1, &mut tally).0);
         if i % 100 == 0 {
             LEAKED.lock().unwrap().clear();
         }

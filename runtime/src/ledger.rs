@@ -5,7 +5,7 @@
 //! Accounting cannot go wrong by construction: an allocation is charged to the chain of frames
 //! it was made under (the innermost open scope and the scopes enclosing it at that moment),
 //! and the entry remembers that chain. Whatever happens to the entry later (freed, handed on,
-//! escaped) is taken off exactly the frames it was charged to, so a frame's `live` bytes are
+//! untracked) is taken off exactly the frames it was charged to, so a frame's `live` bytes are
 //! always the sum of the live entries charged to it, and its peak is exact. A frame that later
 //! receives an entry it was not charged for (an async scope closing under a different
 //! enclosing scope than it was polled in) is charged then, and joins the entry's chain.
@@ -69,7 +69,7 @@ pub(crate) struct Entry {
 }
 
 /// Where an allocation came from, when attribution or backtraces are on.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct About {
     pub op: Option<&'static str>,
     /// Shape and dtype of the tensor made in it (inline up to 4 dims).
@@ -84,6 +84,18 @@ impl Entry {
             .iter()
             .flat_map(|c| c.iter())
             .any(|f| std::ptr::eq(Arc::as_ptr(f), frame))
+    }
+
+    /// What the report of an escape needs, for one that stays tracked.
+    #[cold]
+    fn copy(&self) -> Entry {
+        Entry {
+            chain: None,
+            kept_past: None,
+            about: self.about.clone(),
+            cpu: None,
+            ..*self
+        }
     }
 
     /// The frame that owns it.
@@ -663,7 +675,8 @@ pub(crate) enum Fate {
     /// (gradients, optimizer state, an autograd graph). Moves on to the enclosing frame, which
     /// judges it again (it may have been freed meanwhile).
     Held(Held),
-    /// Owned by nothing the scope hands back.
+    /// Owned by nothing the scope hands back. Reported, and moves on to the enclosing frame
+    /// too: it escaped from that scope as well unless that one hands it back.
     Escaped,
 }
 
@@ -707,9 +720,9 @@ pub(crate) fn with_entry<R>(key: Key, f: impl FnOnce(&Entry) -> R) -> Option<R> 
     shard(key).get(&key).map(f)
 }
 
-/// Ends `frame`: each live entry is judged; kept and held ones move to the innermost frame of
-/// `enclosing` (or leave tracking when there is none), escaped ones are returned. `enclosing`
-/// is the chain the frame closes inside.
+/// Ends `frame`: each live entry is judged and moves to the innermost frame of `enclosing`
+/// (or leaves tracking when there is none); escaped ones are also returned. `enclosing` is
+/// the chain the frame closes inside.
 pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn Judge) -> Closed {
     // Filled in place: the result is large, and moving it costs more than closing a clean frame.
     let mut closed = Closed::default();
@@ -734,11 +747,9 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
         return closed;
     }
     let enclosing = enclosing.filter(|c| c.first().is_some_and(|e| e.is_open()));
-    let stays = |fate: &Fate| fate != &Fate::Escaped;
     // Handed on to the enclosing frame: those already charged to all of its chain (every
     // block of a scope nested in it on this thread) at once, the others (an async scope
-    // closing elsewhere than it ran) after everything that leaves, so that the enclosing
-    // scope never counts them while it still counts blocks that are leaving.
+    // closing elsewhere than it ran) after the loop.
     let mut charged_later = Vec::new();
     for (at, key) in keys.iter() {
         let mut map = shard(key);
@@ -756,15 +767,16 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
         match fate {
             Fate::Kept => closed.kept.both(key.1, |c| c.gain(bytes)),
             Fate::Held(held) => closed.held.push((held, key.1, bytes)),
+            Fate::Escaped if enclosing.is_some() => closed.escaped.push((key, entry.copy())),
             Fate::Escaped => {}
         }
-        match (stays(&fate), enclosing) {
-            (true, Some(chain)) if charged_to(entry, chain) => {
+        match enclosing {
+            Some(chain) if charged_to(entry, chain) => {
                 entry.owner = position(entry, &chain[0]);
                 entry.slot = chain[0].lock().keys.add(key);
             }
-            (true, Some(_)) => charged_later.push(key),
-            _ => {
+            Some(_) => charged_later.push(key),
+            None => {
                 let entry = untrack_entry(slot);
                 drop(map);
                 discharge(key, &entry, false, Some(frame));

@@ -168,7 +168,8 @@ pub struct ScopeReport {
     pub peak: u64,
     /// Bytes still alive and owned by what the scope handed back.
     pub kept: u64,
-    /// Bytes still alive, owned by nothing kept (blocks).
+    /// Bytes still alive, owned by nothing kept (blocks); what escaped from nested scopes
+    /// and is still alive escaped from this one too.
     pub escaped_bytes: u64,
     /// What the escaped tensors asked for, where known.
     pub escaped_requested: u64,
