@@ -21,7 +21,7 @@ use std::cell::Cell;
 use std::collections::hash_map;
 use std::panic::Location;
 use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// An allocation's identity: its base address and device.
 pub(crate) type Key = (usize, DeviceId);
@@ -361,8 +361,11 @@ const SHARDS: usize = 64;
 /// Each shard in cache lines of its own: threads locking neighbouring shards do not fight.
 type Shard = CachePadded<Mutex<FxHashMap<Key, Entry>>>;
 
-static REGISTRY: LazyLock<Box<[Shard]>> =
-    LazyLock::new(|| (0..SHARDS).map(|_| Shard::default()).collect());
+static REGISTRY: [Shard; SHARDS] = [const {
+    CachePadded(Mutex::new(FxHashMap::with_hasher(
+        rustc_hash::FxBuildHasher,
+    )))
+}; SHARDS];
 /// Entries on accelerators: frees reported for other blocks return at once while it is 0.
 static ACCELERATOR_ENTRIES: AtomicUsize = AtomicUsize::new(0);
 /// Open frames, counted per thread in cache lines of their own (threads opening and closing
