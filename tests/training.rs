@@ -69,6 +69,32 @@ fn adam_steps_are_clean_and_say_what_they_keep() {
     assert!(table.contains("gradients"), "{table}");
 }
 
+/// A leak made with autograd off beside a step (a metric kept in a global) is an escape, not
+/// optimizer state, though its block is the size of a gradient's: on CUDA every request up to
+/// 512 B gets a 512-byte block, so sizes are compared as requested.
+#[test]
+fn a_small_no_grad_leak_in_a_step_is_an_escape() {
+    let _serial = serial();
+    let mut s = setup(nn::Adam::default());
+    for step in 0..2 {
+        let r = escaped(
+            scope(strict("step").keep_grad_mode(true), || {
+                s.opt.zero_grad();
+                let loss = s.model.forward(&s.x).mse_loss(&s.y, Reduction::Mean);
+                s.opt.backward_step(&loss);
+                let metric = tch::no_grad(|| s.model.forward(&s.x).argmax(-1, false));
+                LEAKED.lock().unwrap().push(metric);
+            })
+            .map(|(_, r)| r),
+        );
+        assert_eq!(r.escaped.len(), 1, "step {step}: {r}");
+        assert_eq!(r.escaped_requested, 8 * 8, "step {step}: {r}");
+        let state = if step == 0 { 2 * params() } else { 0 };
+        assert_eq!(r.held_by(HeldBy::OptimizerState), state, "step {step}: {r}");
+    }
+    LEAKED.lock().unwrap().clear();
+}
+
 /// An epoch scope around step scopes: the gradients and optimizer state each step hands on are
 /// judged again at the epoch's exit, as held on purpose.
 #[test]

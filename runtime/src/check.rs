@@ -13,7 +13,7 @@ pub(crate) struct Check<'a> {
     kept: &'a StorageSet,
     /// Blocks libraries keep on purpose, by what keeps them.
     workspaces: FxHashMap<Key, &'static str>,
-    /// Sizes of the gradients made in the scope (optimizer state has the same sizes, as it has
+    /// Requested sizes of the gradients made in the scope (optimizer state has the same sizes, as it has
     /// those of a kept optimizer's variables: `StorageSet::optimized`).
     gradients: FxHashSet<(DeviceId, u64)>,
     /// autocast's cached casts that clearing its cache freed.
@@ -42,11 +42,15 @@ impl<'a> Check<'a> {
         };
         let mut candidates: Vec<(Key, u64)> = Vec::new();
         for key in ledger::entries_to_inspect(frame) {
-            let Some((bytes, made)) = ledger::with_entry(key, |e| (e.bytes, e.made)) else {
+            let Some((bytes, asked, made)) =
+                ledger::with_entry(key, |e| (e.bytes, e.asked(), e.made))
+            else {
                 continue;
             };
+            // By what the tensor asked for: on CUDA any request up to 512 B gets a 512-byte
+            // block, so blocks would match any small leak to any small gradient.
             if made.backward {
-                check.gradients.insert((key.1, bytes));
+                check.gradients.insert((key.1, asked));
             }
             if !key.1.is_cpu() && !kept.keys.contains(&key) {
                 candidates.push((key, bytes));
@@ -83,7 +87,7 @@ impl Judge for Check<'_> {
         } else if entry.made.backward {
             Fate::Held(HeldBy::Gradient)
         } else if entry.made.grad_off
-            && (self.gradients.contains(&(key.1, entry.bytes))
+            && (self.gradients.contains(&(key.1, entry.asked()))
                 || self.kept.optimized.contains(&(key.1, entry.asked())))
         {
             // The size of a gradient made here, or of a kept optimizer's variable (a step
