@@ -13,8 +13,8 @@ pub(crate) struct Check<'a> {
     kept: &'a StorageSet,
     /// Blocks libraries keep on purpose, by what keeps them.
     workspaces: FxHashMap<Key, &'static str>,
-    /// Requested sizes of the gradients made in the scope (optimizer state has the same sizes, as it has
-    /// those of a kept optimizer's variables: `StorageSet::optimized`).
+    /// Requested sizes of the gradients made in the scope (optimizer state has the same sizes,
+    /// as it has those of a kept optimizer's variables: `StorageSet::optimized`).
     gradients: FxHashSet<(DeviceId, u64)>,
     /// autocast's cached casts that clearing its cache freed.
     autocast: Vec<(HeldBy, DeviceId, u64)>,
