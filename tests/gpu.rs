@@ -278,6 +278,29 @@ fn release_and_synchronize_only_when_needed() {
     assert_eq!(syncs(), s0, "gpu-scope never synchronizes the device");
 }
 
+/// A scope that only frees device memory (one unloading a model) gives the cache back under
+/// `always` and a size, as their docs say; the default costs nothing there.
+#[test]
+fn a_scope_that_only_frees_releases_under_always_and_a_size() {
+    let _serial = common::serial();
+    if cuda(1).is_none() {
+        return;
+    }
+    for policy in [ReleasePolicy::Always, ReleasePolicy::Above(1 << 20)] {
+        let model = floats(1 << 20, 0);
+        let (_, r) = scope(strict("unload").release(policy), || drop(model)).unwrap();
+        assert!(r.released, "{policy:?}: {r}");
+        assert!(r.cache_released >= 4 << 20, "{policy:?}: {r}");
+    }
+    let model = floats(1 << 20, 0);
+    let calls = gpu_scope::__introspect::empty_cache_calls;
+    let before = calls();
+    let (_, r) = scope(strict("unload-default"), || drop(model)).unwrap();
+    assert!(!r.released && r.cache_released == 0, "{r}");
+    assert_eq!(calls(), before);
+    gpu_scope::empty_cache(Device::Cuda(0)).unwrap();
+}
+
 /// autocast caches lower-precision copies of weights; a scope inside an autocast region clears
 /// that cache on exit and shows what it held, instead of calling it escaped.
 #[test]

@@ -179,7 +179,9 @@ impl OpenScope {
                 .map(|(d, _)| *d)
                 .filter(|d| !d.is_cpu())
         };
-        let released = if checked && accelerators().next().is_some() {
+        let released = if checked
+            && (accelerators().next().is_some() || release::without_allocations(self.opts.release))
+        {
             let used: Vec<DeviceId> = accelerators().collect();
             release::run(self.opts.release, enclosing.is_none(), &used)
         } else {

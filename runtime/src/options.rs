@@ -41,12 +41,15 @@ pub enum ReleasePolicy {
     /// cache holds segments nothing uses (default). A scope that allocated nothing on a device
     /// costs nothing here, and no `emptyCache` runs when it would give nothing back.
     Outermost,
-    /// Whenever this scope ends. `emptyCache` is slow: avoid on hot inner scopes.
+    /// Whenever this scope ends (once a device has been used in the process), also when it
+    /// only freed device memory (a scope that unloads a model). `emptyCache` is slow: avoid on
+    /// hot inner scopes.
     Always,
     /// Never.
     Never,
-    /// When the releasable cached bytes (see [`MemoryStats::releasable`](crate::MemoryStats))
-    /// on a device the scope used exceed this many.
+    /// When the scope ends and the releasable cached bytes (see
+    /// [`MemoryStats::releasable`](crate::MemoryStats)) of some device exceed this many, also
+    /// after a scope that only freed device memory.
     Above(u64),
 }
 

@@ -13,26 +13,35 @@ pub(crate) struct Released {
     pub per_device: Vec<(DeviceId, u64)>,
 }
 
+/// Whether `policy` looks at the cache when a scope ends that allocated on no accelerator:
+/// `always` and `"<size>"` do (a scope that only frees, such as one unloading a model, gives
+/// the cache something back); the default does not, so that such a scope costs nothing.
+pub(crate) fn without_allocations(policy: ReleasePolicy) -> bool {
+    matches!(policy, ReleasePolicy::Always | ReleasePolicy::Above(_))
+}
+
 /// Applies `policy` at the exit of a scope that allocated on `used` (accelerator devices);
 /// `outermost` says whether no scope encloses it on this thread.
 pub(crate) fn run(policy: ReleasePolicy, outermost: bool, used: &[DeviceId]) -> Released {
-    if accelerator().is_none() || used.is_empty() {
+    let Some((kind, count)) = accelerator() else {
+        return Released::default();
+    };
+    // Nothing was ever allocated on an accelerator: nothing is cached.
+    if used.is_empty() && !memory::accelerator_initialized() {
         return Released::default();
     }
+    let all: Vec<DeviceId> = (0..count).map(|i| DeviceId::from_raw(kind, i)).collect();
     let stats = |d: &DeviceId| memory::device_stats(d.index()).unwrap_or_default();
     let releasable = |d: &DeviceId| stats(d).releasable;
     let run = match policy {
         ReleasePolicy::Never => false,
         ReleasePolicy::Always => true,
         ReleasePolicy::Outermost => outermost && used.iter().any(|d| releasable(d) > 0),
-        ReleasePolicy::Above(limit) => used.iter().any(|d| releasable(d) > limit),
+        ReleasePolicy::Above(limit) => all.iter().any(|d| releasable(d) > limit),
     };
     if !run {
         return Released::default();
     }
-    let all: Vec<DeviceId> = accelerator()
-        .map(|(kind, count)| (0..count).map(|i| DeviceId::from_raw(kind, i)).collect())
-        .unwrap_or_default();
     let before: Vec<u64> = all.iter().map(|d| stats(d).reserved).collect();
     // SAFETY: no arguments.
     let ran = crate::ffi::check(unsafe { crate::ffi::gs_empty_cache() }).is_ok();
