@@ -321,6 +321,13 @@ fn autocast_cache_is_not_an_escape() {
     assert_eq!(y.kind(), Kind::Half);
     assert!(r.is_clean(), "{r}");
     assert!(r.held_by(HeldBy::AutocastCache) > 0, "{r}");
+    // The cleared casts were freed: counted once, as freed, not also as held.
+    let row = r
+        .devices
+        .iter()
+        .find(|d| d.device == Some(DeviceId::from(Device::Cuda(0))));
+    let row = row.expect("a cuda:0 row");
+    assert_eq!(row.allocated, row.freed + row.kept + row.held, "{r}");
 }
 
 /// A profiler running when a scope opens: the scope steps aside (and says so, once) rather

@@ -267,9 +267,10 @@ impl OpenScope {
                     .filter(|e| e.device == *device)
                     .map(|e| e.bytes)
                     .sum(),
+                // autocast's cleared cache was freed: counted in `freed`, not alive.
                 held: held
                     .iter()
-                    .filter(|h| h.device == *device)
+                    .filter(|h| h.device == *device && h.by != HeldBy::AutocastCache)
                     .map(|h| h.bytes)
                     .sum(),
                 cache_released: released

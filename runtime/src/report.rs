@@ -64,7 +64,9 @@ pub enum HeldBy {
     /// `"cuBLASLt workspace"`); libtorch frees it only when asked to
     /// (`at::cuda::clearCublasWorkspaces`, see [`clear_workspaces`](crate::clear_workspaces)).
     Workspace(&'static str),
-    /// autocast's cache of lower-precision weight copies; the scope cleared the cache on exit.
+    /// autocast's cache of lower-precision weight copies; the scope cleared the cache on exit,
+    /// which freed them: shown on their own line, counted in `freed` and not in a device's
+    /// `held` (memory still alive).
     AutocastCache,
     /// Gradients that autograd's backward pass stored in tensors from outside the scope (any
     /// block made during a backward pass: see the README's Limits).
