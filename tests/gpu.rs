@@ -96,6 +96,35 @@ fn library_workspaces_are_held_not_escaped() {
     .unwrap();
 }
 
+/// Any cuBLAS product makes the thread's workspace, not only matrix products: a matrix-vector
+/// product (`mv`, a 2-D by 1-D `matmul`) and a dot product too.
+#[test]
+fn every_cublas_product_makes_the_workspace() {
+    let _serial = common::serial();
+    if cuda(1).is_none() {
+        return;
+    }
+    type Product = fn(&Tensor, &Tensor) -> Tensor;
+    let products: [(&str, Product); 3] = [
+        ("mv", |m, v| m.mv(v)),
+        ("matmul 2-D by 1-D", |m, v| m.matmul(v)),
+        ("dot", |_, v| v.dot(v)),
+    ];
+    for (name, product) in products {
+        gpu_scope::clear_workspaces().unwrap();
+        std::thread::spawn(move || {
+            let m = Tensor::ones([8, 8], (Kind::Float, Device::Cuda(0)));
+            let v = Tensor::ones([8], (Kind::Float, Device::Cuda(0)));
+            let (_, r) = scope(strict("first-product"), || drop(product(&m, &v))).unwrap();
+            let held = r.held_by(HeldBy::Workspace("cuBLAS workspace"));
+            assert!(r.is_clean() && held > 0, "{name}: {r}");
+        })
+        .join()
+        .unwrap();
+    }
+    gpu_scope::clear_workspaces().unwrap();
+}
+
 /// A workspace made in an inner scope leaves tracking there; the enclosing scope, which counted
 /// its allocation, says who holds it too.
 #[test]

@@ -86,7 +86,8 @@ WorkspaceMap& workspace_map() {
   return *map;
 }
 
-// mm, addmm, bmm, baddbmm and their in-place and out= forms on the fake device.
+// The cuBLAS products (mm, addmm, bmm, baddbmm, addmv, dot, vdot, with their in-place and
+// out= forms) on the fake device.
 void blas_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& arguments = op.schema().arguments();
   const auto inputs = torch::jit::last(*stack, arguments.size());
@@ -154,8 +155,11 @@ TORCH_LIBRARY_IMPL(aten, CUDA, m) {
   const auto blas = [] {
     return torch::CppFunction::makeFromBoxedFunction<&gpu_scope::fake_cuda::blas_kernel>();
   };
+  // Every product that calls cuBLAS on a GPU (matrix-vector through addmv, which `mv` and a
+  // 2-D by 1-D `matmul` reach; dot products) takes its handle, and so makes the workspace.
   for (const char* name : {"mm", "mm.out", "addmm", "addmm.out", "addmm_", "bmm", "bmm.out",
-                           "baddbmm", "baddbmm.out", "baddbmm_"}) {
+                           "baddbmm", "baddbmm.out", "baddbmm_", "addmv", "addmv.out", "addmv_",
+                           "dot", "vdot"}) {
     m.impl(name, blas());
   }
 }
