@@ -415,3 +415,32 @@ fn optional_borrows_and_handles_are_kept() {
     kept_nothing(fill_optional(None, None));
     kept_nothing(fill_optional_shared(None));
 }
+
+#[gpu_scope(on_escape = error)]
+fn grow(mut x: Tensor, n: i64) -> Result<(), Error> {
+    let _ = x.resize_([n]);
+    Ok(())
+}
+
+#[gpu_scope(on_escape = error)]
+fn grow_optional(x: Option<Tensor>, n: i64) -> Result<(), Error> {
+    if let Some(mut x) = x {
+        let _ = x.resize_([n]);
+    }
+    Ok(())
+}
+
+/// An owned `Tensor` argument that is a `shallow_clone` shares the caller's tensor itself:
+/// the storage the body grows it into is the caller's, kept. One the caller gave away dies
+/// inside, and what it grew into with it.
+#[test]
+fn an_owned_tensor_the_caller_shares_is_kept() {
+    let x = floats(4);
+    assert_eq!(kept(grow(x.shallow_clone(), 64)).kept, 256);
+    assert_eq!(x.size(), [64]);
+    assert_eq!(kept(grow_optional(Some(x.shallow_clone()), 128)).kept, 512);
+    assert_eq!(x.size(), [128]);
+    kept_nothing(grow(floats(4), 64));
+    kept_nothing(grow_optional(Some(floats(4)), 64));
+    kept_nothing(grow_optional(None, 64));
+}

@@ -463,6 +463,25 @@ int gs_tensor_storages(const void* tensor, gs_storage* out, size_t cap, size_t* 
   });
 }
 
+using WeakTensor = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
+
+int gs_tensor_weak(const void* tensor, void** weak) noexcept {
+  return protect([&] {
+    const auto& t = *static_cast<const at::Tensor*>(tensor);
+    *weak = nullptr;
+    if (t.defined() && t.use_count() > 1) *weak = new WeakTensor(t.getIntrusivePtr());
+  });
+}
+
+int gs_tensor_weak_lock(void* weak, void** tensor) noexcept {
+  return protect([&] {
+    auto impl = static_cast<WeakTensor*>(weak)->lock();
+    *tensor = impl ? new at::Tensor(std::move(impl)) : nullptr;
+  });
+}
+
+void gs_tensor_weak_free(void* weak) noexcept { delete static_cast<WeakTensor*>(weak); }
+
 int gs_accelerator(int* dev_type, int* count) noexcept {
   return protect([&] {
     auto acc = at::accelerator::getAccelerator(false);

@@ -68,6 +68,12 @@ uint64_t gs_graph_nodes(void) GS_NOEXCEPT;
 // at most `cap` in `out`, their number in *n.
 int gs_tensor_storages(const void* tensor, gs_storage* out, size_t cap, size_t* n,
                        int* flags) GS_NOEXCEPT;
+// A weak reference to the tensor's TensorImpl in *weak when another tensor shares it (a
+// shallow clone the caller kept), else null; gs_tensor_weak_lock gives the tensor back while
+// someone still holds it (a new at::Tensor in *tensor, for tch to own), else null.
+int gs_tensor_weak(const void* tensor, void** weak) GS_NOEXCEPT;
+int gs_tensor_weak_lock(void* weak, void** tensor) GS_NOEXCEPT;
+void gs_tensor_weak_free(void* weak) GS_NOEXCEPT;
 int gs_accelerator(int* dev_type, int* count) GS_NOEXCEPT;
 int gs_accelerator_initialized(int* initialized) GS_NOEXCEPT;
 int gs_empty_cache(void) GS_NOEXCEPT;

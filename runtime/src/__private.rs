@@ -154,8 +154,8 @@ pub fn reborrow<'b, T: ?Sized>(arg: &'b mut Option<&mut T>) -> Option<&'b mut T>
 }
 
 /// An owned argument, wrapped for autoref specialisation: `(&&Owned(&arg)).__gpu_scope_share()`
-/// gives a weak handle on an `Arc` or `Rc` of a [`Tensors`] type, a [`SharedUnseen`] for one
-/// of another type, and [`Unshared`] for anything else.
+/// gives a weak handle on an `Arc` or `Rc` of a [`Tensors`] type or on a `Tensor`, a
+/// [`SharedUnseen`] for an `Arc` or `Rc` of another type, and [`Unshared`] for anything else.
 #[allow(missing_debug_implementations)]
 pub struct Owned<'a, T: ?Sized>(pub &'a T);
 
@@ -183,6 +183,69 @@ pub struct SharedRc<T: ?Sized>(Option<std::rc::Weak<T>>);
 impl<T: Tensors + ?Sized> Tensors for SharedRc<T> {
     fn visit(&self, set: &mut StorageSet) {
         self.0.as_ref().and_then(std::rc::Weak::upgrade).visit(set)
+    }
+}
+
+/// What an owned `Tensor` argument still shares with the caller when the scope ends: a
+/// `shallow_clone` shares the tensor itself, not only its storage, so what the body grew it
+/// into (`resize_`, an `out=` operator) is the caller's. A weak reference, taken only when
+/// another tensor shared it at entry, so that the argument still dies in the body.
+#[allow(missing_debug_implementations)]
+pub struct SharedTensor(*mut std::ffi::c_void);
+
+// SAFETY: a weak reference counted atomically by libtorch, read and freed on any thread.
+unsafe impl Send for SharedTensor {}
+// SAFETY: as above; `visit` only makes strong references from it.
+unsafe impl Sync for SharedTensor {}
+
+impl SharedTensor {
+    fn new(t: &tch::Tensor) -> SharedTensor {
+        let mut weak = std::ptr::null_mut();
+        // SAFETY: `as_ptr` points at the live `at::Tensor` that `t` owns; a plain out-pointer.
+        let status = unsafe { crate::ffi::gs_tensor_weak(t.as_ptr().cast(), &mut weak) };
+        if crate::ffi::check(status).is_err() {
+            weak = std::ptr::null_mut();
+        }
+        SharedTensor(weak)
+    }
+}
+
+impl Tensors for SharedTensor {
+    fn visit(&self, set: &mut StorageSet) {
+        if self.0.is_null() {
+            return;
+        }
+        let mut tensor = std::ptr::null_mut();
+        // SAFETY: a weak reference from `gs_tensor_weak`, not yet freed; a plain out-pointer.
+        let status = unsafe { crate::ffi::gs_tensor_weak_lock(self.0, &mut tensor) };
+        if crate::ffi::check(status).is_ok() && !tensor.is_null() {
+            // SAFETY: a new `at::Tensor` for tch to own and free.
+            let t = unsafe { tch::Tensor::from_ptr(tensor.cast()) };
+            set.add_tensor(&t);
+        }
+    }
+}
+
+impl Drop for SharedTensor {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: from `gs_tensor_weak`, freed once.
+            unsafe { crate::ffi::gs_tensor_weak_free(self.0) }
+        }
+    }
+}
+
+impl ViaShared for &Owned<'_, tch::Tensor> {
+    type Handle = SharedTensor;
+    fn __gpu_scope_share(&self) -> SharedTensor {
+        SharedTensor::new(self.0)
+    }
+}
+
+impl ViaShared for &Owned<'_, Option<tch::Tensor>> {
+    type Handle = Option<SharedTensor>;
+    fn __gpu_scope_share(&self) -> Option<SharedTensor> {
+        self.0.as_ref().map(SharedTensor::new)
     }
 }
 
