@@ -232,6 +232,44 @@ fn a_handle_of_an_ended_inner_scope_charges_the_enclosing_one() {
     SINK.lock().unwrap().clear();
 }
 
+/// A scope opened in carried work whose enclosing scope ended meanwhile (on the thread that
+/// owned it) hands what it leaves behind to the scope that one ended inside: its escape is
+/// judged again there, not dropped from view.
+#[test]
+fn a_scope_ending_after_its_enclosing_one_hands_on_to_where_that_one_ended() {
+    let _serial = common::serial();
+    let (opened, is_open) = std::sync::mpsc::channel();
+    let (ended, has_ended) = std::sync::mpsc::channel();
+    let report = escaped(
+        scope(strict("request"), move || {
+            let step = Scope::enter(strict("step")).unwrap();
+            let handle = gpu_scope::current().unwrap();
+            let worker = std::thread::spawn(move || {
+                handle.in_scope(|| {
+                    let task = Scope::enter(strict("task")).unwrap();
+                    SINK.lock().unwrap().push(floats(11));
+                    opened.send(()).unwrap();
+                    has_ended.recv().unwrap();
+                    escaped(task.exit(&()))
+                })
+            });
+            is_open.recv().unwrap();
+            let step = step.exit(&()).unwrap();
+            assert!(
+                step.is_clean(),
+                "the task's scope still owned the block: {step}"
+            );
+            ended.send(()).unwrap();
+            let task = worker.join().unwrap();
+            assert_eq!(task.escaped_bytes, block(44), "{task}");
+        })
+        .map(|(_, r)| r),
+    );
+    assert_eq!(report.escaped.len(), 1, "{report}");
+    assert_eq!(report.escaped_bytes, block(44), "{report}");
+    SINK.lock().unwrap().clear();
+}
+
 /// Carried work is attributed as the scope's own is (always, in debug builds).
 #[test]
 fn carried_work_is_attributed_like_the_scope() {

@@ -509,16 +509,6 @@ fn counted(key: Key, delta: isize) {
 }
 
 #[inline]
-fn insert(key: Key, entry: Entry) -> Option<Entry> {
-    counted(key, 1);
-    let old = shard(key).insert(key, entry);
-    if old.is_some() {
-        counted(key, -1);
-    }
-    old
-}
-
-#[inline]
 fn remove(key: Key) -> Option<Entry> {
     let old = shard(key).remove(&key);
     if old.is_some() {
@@ -534,6 +524,9 @@ fn remove(key: Key) -> Option<Entry> {
 #[inline]
 pub(crate) fn record_alloc(chain: Chain, key: Key, mut entry: Entry) -> bool {
     let (bytes, requested) = (entry.bytes, entry.asked());
+    // Its shard stays locked until the entry is in it: a close of its frame on another thread,
+    // which takes the frame's list and then looks each key up, waits for it and finds it.
+    let mut map = shard(key);
     let mut owner = None;
     for (at, frame) in chain.iter().enumerate() {
         let mut state = frame.lock();
@@ -559,9 +552,13 @@ pub(crate) fn record_alloc(chain: Chain, key: Key, mut entry: Entry) -> bool {
             CPU_PEAK.fetch_max(live, Ordering::Relaxed);
         }
     }
+    counted(key, 1);
+    let stale = map.insert(key, entry);
+    drop(map);
     // A stale entry at this address means its free was never reported (an accelerator block
     // freed on a thread gpu-scope could not see): it is gone now.
-    if let Some(stale) = insert(key, entry) {
+    if let Some(stale) = stale {
+        counted(key, -1);
         release(key, stale, true);
     }
     true
@@ -749,7 +746,8 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
         // Nothing alive (a clean scope whose blocks were all freed): nothing to hand on.
         return closed;
     }
-    let enclosing = enclosing.filter(|c| c.first().is_some_and(|e| e.is_open()));
+    let enclosing = enclosing.and_then(open_chain);
+    let enclosing = enclosing.as_ref();
     // Handed on to the enclosing frame: those already charged to all of its chain (every
     // block of a scope nested in it on this thread) at once, the others (an async scope
     // closing elsewhere than it ran) after the loop.
@@ -774,10 +772,14 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
             Fate::Escaped => {}
         }
         match enclosing {
-            Some(chain) if charged_to(entry, chain) => {
-                entry.owner = position(entry, &chain[0]);
-                entry.slot = chain[0].lock().keys.add(key);
-            }
+            Some(chain) if charged_to(entry, chain) => match adopt(&chain[0], key) {
+                Some(slot) => {
+                    entry.owner = position(entry, &chain[0]);
+                    entry.slot = slot;
+                }
+                // It closed meanwhile, on another thread.
+                None => charged_later.push(key),
+            },
             Some(_) => charged_later.push(key),
             None => {
                 let entry = untrack_entry(slot);
@@ -797,8 +799,20 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
             chain[0].lock().saw_backward = true;
         }
         for key in charged_later {
-            if let Some(entry) = shard(key).get_mut(&key) {
-                hand_on(key, entry, chain);
+            let mut map = shard(key);
+            let hash_map::Entry::Occupied(mut slot) = map.entry(key) else {
+                continue;
+            };
+            let entry = slot.get_mut();
+            // Freed, and its address reused by another frame's block, meanwhile.
+            if entry.frame().is_none_or(|f| !Arc::ptr_eq(f, frame)) {
+                continue;
+            }
+            if !hand_on(key, entry, chain) {
+                // Every scope it could go to has ended: it leaves tracking.
+                let entry = untrack_entry(slot);
+                drop(map);
+                discharge(key, &entry, false, Some(frame));
             }
         }
     }
@@ -822,16 +836,30 @@ fn charged_to(entry: &Entry, chain: &Chain) -> bool {
 
 /// Gives `entry` to the innermost frame of `chain`. Frames of `chain` it was not charged to
 /// (an async scope closing elsewhere than it was polled) are charged now and join its chain.
-fn hand_on(key: Key, entry: &mut Entry, chain: &Chain) {
+fn hand_on(key: Key, entry: &mut Entry, chain: &Chain) -> bool {
+    // The innermost frame still open, following those that closed into others meanwhile.
+    let mut chain = chain.clone();
+    entry.slot = loop {
+        let next = {
+            let mut state = chain[0].lock();
+            if state.open {
+                break state.keys.add(key);
+            }
+            state.closed_into.clone()
+        };
+        match next {
+            Some(next) if !next.is_empty() => chain = next,
+            _ => return false,
+        }
+    };
     let owner = &chain[0];
-    entry.slot = owner.lock().keys.add(key);
     let new: Vec<&Arc<Frame>> = chain
         .iter()
         .filter(|f| !entry.charged_to_frame(f))
         .collect();
     if new.is_empty() {
         entry.owner = position(entry, owner);
-        return;
+        return true;
     }
     for frame in &new {
         let mut state = frame.lock();
@@ -850,6 +878,34 @@ fn hand_on(key: Key, entry: &mut Entry, chain: &Chain) {
         .collect();
     entry.chain = Some(Arc::from(merged));
     entry.owner = position(entry, owner);
+    true
+}
+
+/// Adds `key` to `frame`'s list if the frame is still open (one closing on another thread has
+/// taken its list); returns the slot.
+fn adopt(frame: &Frame, key: Key) -> Option<u32> {
+    let mut state = frame.lock();
+    state.open.then(|| state.keys.add(key))
+}
+
+/// `chain`, or if its innermost frame has closed, the chain it closed into (and so on): where
+/// what a scope leaves behind goes. `None` when every scope it could go to has ended.
+fn open_chain(chain: &Chain) -> Option<Chain> {
+    let mut chain = chain.clone();
+    loop {
+        let next = {
+            let state = chain.first()?.lock();
+            if state.open {
+                None
+            } else {
+                Some(state.closed_into.clone()?)
+            }
+        };
+        match next {
+            Some(next) => chain = next,
+            None => return Some(chain),
+        }
+    }
 }
 
 /// Tracked entries, open frames, CPU blocks with a replaced deleter.
