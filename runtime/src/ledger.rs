@@ -319,17 +319,14 @@ impl Frame {
     /// This frame while it is open; once closed, the open frame it closed into (its live
     /// allocations went there), if any.
     pub(crate) fn open_successor(self: &Arc<Frame>) -> Option<Arc<Frame>> {
-        let mut frame = self.clone();
-        loop {
-            let next = {
-                let state = frame.lock();
-                if state.open {
-                    return Some(frame.clone());
-                }
-                state.closed_into.as_ref()?.first()?.clone()
-            };
-            frame = next;
-        }
+        let closed_into = {
+            let state = self.lock();
+            if state.open {
+                return Some(self.clone());
+            }
+            state.closed_into.clone()?
+        };
+        Some(open_chain(&closed_into)?[0].clone())
     }
 
     /// Records that autograd graph nodes were made while the frame was on a thread's stack.
@@ -837,19 +834,16 @@ fn charged_to(entry: &Entry, chain: &Chain) -> bool {
 /// Gives `entry` to the innermost frame of `chain`. Frames of `chain` it was not charged to
 /// (an async scope closing elsewhere than it was polled) are charged now and join its chain.
 fn hand_on(key: Key, entry: &mut Entry, chain: &Chain) -> bool {
-    // The innermost frame still open, following those that closed into others meanwhile.
+    // The innermost frame still open, following those that closed into others meanwhile
+    // (again if one closes before it takes the key).
     let mut chain = chain.clone();
     entry.slot = loop {
-        let next = {
-            let mut state = chain[0].lock();
-            if state.open {
-                break state.keys.add(key);
-            }
-            state.closed_into.clone()
+        let Some(open) = open_chain(&chain) else {
+            return false;
         };
-        match next {
-            Some(next) if !next.is_empty() => chain = next,
-            _ => return false,
+        chain = open;
+        if let Some(slot) = adopt(&chain[0], key) {
+            break slot;
         }
     };
     let owner = &chain[0];

@@ -179,9 +179,7 @@ impl OpenScope {
                 .map(|(d, _)| *d)
                 .filter(|d| !d.is_cpu())
         };
-        let released = if checked
-            && (accelerators().next().is_some() || release::without_allocations(self.opts.release))
-        {
+        let released = if checked {
             let used: Vec<DeviceId> = accelerators().collect();
             release::run(self.opts.release, enclosing.is_none(), &used)
         } else {

@@ -13,16 +13,21 @@ pub(crate) struct Released {
     pub per_device: Vec<(DeviceId, u64)>,
 }
 
-/// Whether `policy` looks at the cache when a scope ends that allocated on no accelerator:
-/// `always` and `"<size>"` do (a scope that only frees, such as one unloading a model, gives
-/// the cache something back); the default does not, so that such a scope costs nothing.
-pub(crate) fn without_allocations(policy: ReleasePolicy) -> bool {
-    matches!(policy, ReleasePolicy::Always | ReleasePolicy::Above(_))
-}
-
-/// Applies `policy` at the exit of a scope that allocated on `used` (accelerator devices);
-/// `outermost` says whether no scope encloses it on this thread.
+/// Applies `policy` at the checked exit of a scope that allocated on `used` (accelerator
+/// devices, none for a CPU-only scope); `outermost` says whether no scope encloses it on this
+/// thread.
 pub(crate) fn run(policy: ReleasePolicy, outermost: bool, used: &[DeviceId]) -> Released {
+    // The default looks at the cache only after an outermost scope that allocated on a device:
+    // any other scope costs nothing here. `always` and `"<size>"` also act after a scope that
+    // only freed (one unloading a model gives the cache something back).
+    let looks = match policy {
+        ReleasePolicy::Never => false,
+        ReleasePolicy::Outermost => outermost && !used.is_empty(),
+        ReleasePolicy::Always | ReleasePolicy::Above(_) => true,
+    };
+    if !looks {
+        return Released::default();
+    }
     let Some((kind, count)) = accelerator() else {
         return Released::default();
     };
@@ -36,7 +41,7 @@ pub(crate) fn run(policy: ReleasePolicy, outermost: bool, used: &[DeviceId]) -> 
     let run = match policy {
         ReleasePolicy::Never => false,
         ReleasePolicy::Always => true,
-        ReleasePolicy::Outermost => outermost && used.iter().any(|d| releasable(d) > 0),
+        ReleasePolicy::Outermost => used.iter().any(|d| releasable(d) > 0),
         ReleasePolicy::Above(limit) => all.iter().any(|d| releasable(d) > limit),
     };
     if !run {
