@@ -55,7 +55,7 @@ impl Guard {
     #[track_caller]
     pub fn try_exit(mut self, kept: StorageSet) -> Result<(), Error> {
         match self.scope.take() {
-            Some(scope) => scope.finish(kept, true).map(drop),
+            Some(mut scope) => scope.finish(&kept, true).map(drop),
             None => Ok(()),
         }
     }

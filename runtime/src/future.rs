@@ -115,6 +115,6 @@ impl Finish {
             return Ok(());
         };
         scope.resume()?;
-        scope.finish(kept, true).map(drop)
+        scope.finish(&kept, true).map(drop)
     }
 }

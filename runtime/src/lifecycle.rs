@@ -103,29 +103,21 @@ impl OpenScope {
         }
     }
 
-    /// Ends the scope and builds its report; `check` judges what is still alive against
-    /// `kept`, else everything alive is handed to the enclosing scope unchecked.
-    #[inline]
-    pub(crate) fn close(mut self, kept: StorageSet, check: bool) -> ScopeReport {
-        self.end(kept, check)
-    }
-
     /// Closes with a check, then applies the escape policy. Ending after the enclosing scope
     /// ended is `Err(EndedByEnclosing)`; with `police` (the macros' scopes, whose callers see
     /// no `Result` unless the policy is `error`) the escape policy acts on it as on a failed
     /// entry: a panic, a warning, or the error.
     #[inline]
     #[track_caller]
-    pub(crate) fn finish(self, kept: StorageSet, police: bool) -> Result<ScopeReport, Error> {
+    pub(crate) fn finish(&mut self, kept: &StorageSet, police: bool) -> Result<ScopeReport, Error> {
         let policy = self.opts.policy();
         if !self.frame.is_open() {
-            let opts = self.opts.clone();
-            let report = self.close(StorageSet::new(), false);
+            let report = self.close(&StorageSet::new(), false);
             let error = Error::EndedByEnclosing {
-                scope: opts.name.clone(),
+                scope: self.opts.name.clone(),
             };
             return match police {
-                true => policy::bad_input(&opts, error).map(|()| report),
+                true => policy::bad_input(&self.opts, error).map(|()| report),
                 false => Err(error),
             };
         }
@@ -133,7 +125,9 @@ impl OpenScope {
         policy::act(policy, report)
     }
 
-    fn end(&mut self, kept: StorageSet, checked: bool) -> ScopeReport {
+    /// Ends the scope and builds its report; `checked` judges what is still alive against
+    /// `kept`, else everything alive is handed to the enclosing scope unchecked.
+    pub(crate) fn close(&mut self, kept: &StorageSet, checked: bool) -> ScopeReport {
         self.closed = true;
         if let Some(previous) = self.placed.as_mut().and_then(|p| p.grad.take()) {
             grad::restore(previous, self.opts.location);
@@ -161,7 +155,7 @@ impl OpenScope {
         // closes it.
         let (mut untracked, mut uninspected) = (Vec::new(), Vec::new());
         let mut closed = if checked {
-            let mut check = Check::prepare(&self.frame, &kept);
+            let mut check = Check::prepare(&self.frame, kept);
             let mut closed = ledger::close(&self.frame, enclosing.as_ref(), &check);
             closed.held.extend(check.autocast_freed());
             untracked = self.untracked(&closed);
@@ -185,14 +179,7 @@ impl OpenScope {
         } else {
             Released::default()
         };
-        let mut report = self.report(
-            &mut closed,
-            &kept,
-            untracked,
-            uninspected,
-            released,
-            checked,
-        );
+        let mut report = self.report(&mut closed, kept, untracked, uninspected, released, checked);
         report.ended_inside = ended_inside;
         if !report.escaped.is_empty() && !self.attributed && attribution() == Attribution::OnLeak {
             sites::leaked(self.opts.location);
@@ -385,7 +372,7 @@ impl Drop for OpenScope {
     fn drop(&mut self) {
         // Not closed: a panic, an early return, a cancelled future. End without a check.
         if !self.closed {
-            drop(self.end(StorageSet::new(), false));
+            drop(self.close(&StorageSet::new(), false));
         }
     }
 }

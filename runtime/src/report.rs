@@ -339,14 +339,20 @@ fn overwrite(last: &mut ScopeReport, report: &ScopeReport) {
         started,
         elapsed,
     } = report;
-    last.name.clone_from(name);
+    // The usual name, a literal, is copied; an owned one reuses the last one's buffer.
+    if let (Cow::Borrowed(_), Cow::Borrowed(_)) = (&last.name, name) {
+        last.name = name.clone();
+    } else {
+        last.name.clone_from(name);
+    }
     last.devices.clone_from(devices);
-    last.escaped.clone_from(escaped);
-    last.held.clone_from(held);
-    last.opaque_kept.clone_from(opaque_kept);
-    last.uninspected_kept.clone_from(uninspected_kept);
-    last.untracked.clone_from(untracked);
-    last.ended_inside.clone_from(ended_inside);
+    // A clean scope's lists are empty, and usually were at the last exit too.
+    copy_list(&mut last.escaped, escaped);
+    copy_list(&mut last.held, held);
+    copy_list(&mut last.opaque_kept, opaque_kept);
+    copy_list(&mut last.uninspected_kept, uninspected_kept);
+    copy_list(&mut last.untracked, untracked);
+    copy_list(&mut last.ended_inside, ended_inside);
     last.location = location;
     (last.allocations, last.allocated, last.requested, last.freed) =
         (*allocations, *allocated, *requested, *freed);
@@ -359,6 +365,19 @@ fn overwrite(last: &mut ScopeReport, report: &ScopeReport) {
     (last.cache_released, last.released, last.max_peak) = (*cache_released, *released, *max_peak);
     (last.checked, last.attributed, last.started, last.elapsed) =
         (*checked, *attributed, *started, *elapsed);
+}
+
+#[inline]
+fn copy_list<T: Clone>(last: &mut Vec<T>, list: &[T]) {
+    if !(last.is_empty() && list.is_empty()) {
+        copy_list_slow(last, list);
+    }
+}
+
+#[inline(never)]
+fn copy_list_slow<T: Clone>(last: &mut Vec<T>, list: &[T]) {
+    last.clear();
+    last.extend_from_slice(list);
 }
 
 fn human_duration(d: Duration) -> String {

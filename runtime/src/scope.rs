@@ -42,13 +42,13 @@ impl Scope {
     /// Like [`Scope::exit`], with the kept storages already collected.
     #[inline]
     #[track_caller]
-    pub fn exit_with(self, kept: StorageSet) -> Result<ScopeReport, Error> {
-        self.open.finish(kept, false)
+    pub fn exit_with(mut self, kept: StorageSet) -> Result<ScopeReport, Error> {
+        self.open.finish(&kept, false)
     }
 
     /// Ends the scope without a check, handing its live allocations to the enclosing scope.
-    pub fn abandon(self) -> ScopeReport {
-        self.open.close(StorageSet::new(), false)
+    pub fn abandon(mut self) -> ScopeReport {
+        self.open.close(&StorageSet::new(), false)
     }
 }
 
