@@ -2,7 +2,8 @@
 //!
 //! - Borrowed (`&T`, `&mut T`, `&self`, `self: &Arc<Self>`, `self: Pin<&mut Self>`, ...): the
 //!   caller's value; a root, searched after the body. A `&mut` one is left out when the return
-//!   type may borrow from it (it cannot be looked at while that borrow lives). A shared one
+//!   type may borrow from it (it cannot be looked at while that borrow lives), and named as
+//!   not inspected, so that what the body stored in it is not called escaped. A shared one
 //!   (`&T`) was made before the scope: tch modules whose tensors are private to tch hold
 //!   nothing the scope made, unless reached through a cell or lock.
 //! - Owned: moved into the body (`let x = x;`), so that it dies inside the scope. An owned
@@ -29,6 +30,9 @@ pub(crate) struct Args {
     pub pinned_self: Option<Token![self]>,
     /// An owned receiver: the body takes it (see `take_self`).
     pub owned_self: Option<Token![self]>,
+    /// `&mut` arguments the return value may borrow from, which cannot be searched: the
+    /// report names them as not inspected.
+    pub unsearched: Vec<String>,
 }
 
 /// Sorts the arguments; moves `mut` from owned bindings in the signature to their rebinding,
@@ -57,7 +61,9 @@ pub(crate) fn classify(sig: &mut Signature, body: &Block) -> Args {
                         args.owned.push(quote!(#this));
                         args.owned_self = Some(this);
                     }
-                    Receiver::Borrowed { .. } | Receiver::PinnedMut => {}
+                    Receiver::Borrowed { .. } | Receiver::PinnedMut => {
+                        args.unsearched.push("self".to_owned())
+                    }
                 }
             }
             FnArg::Typed(pt) => typed(&mut pt.pat, &pt.ty, may_borrow, &body, &mut args),
@@ -93,7 +99,9 @@ fn typed(pat: &mut Pat, ty: &Type, may_borrow: bool, body: &TokenStream, args: &
         // A named lifetime may have to outlive the body (stored in `self` or another argument):
         // such an argument moves into the body whole, as any owned one.
         let named = r.lifetime.as_ref().is_some_and(|l| l.ident != "_");
-        if !may_borrow && !named {
+        if may_borrow && !named {
+            args.unsearched.push(name.to_string());
+        } else if !named {
             // `Option<&mut T>`: the body gets a reborrow, so that it can be searched after.
             args.roots.push((quote!(#name), false));
             if !mentions(body.clone(), name) {
@@ -109,7 +117,9 @@ fn typed(pat: &mut Pat, ty: &Type, may_borrow: bool, body: &TokenStream, args: &
     }
     match (ty, name) {
         (Type::Reference(r), Some(name)) => {
-            if !(r.mutability.is_some() && may_borrow) {
+            if r.mutability.is_some() && may_borrow {
+                args.unsearched.push(name.to_string());
+            } else {
                 args.roots.push((quote!(#name), r.mutability.is_none()));
             }
         }

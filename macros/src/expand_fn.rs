@@ -181,6 +181,9 @@ fn kept_values(args: &Args, ret_ty: Option<&Type>) -> (Vec<TokenStream>, TokenSt
     for (root, shared) in &args.roots {
         kept.lenient(root, *shared);
     }
+    for what in &args.unsearched {
+        kept.unsearched(what);
+    }
     let mut shares = Vec::new();
     for (i, owned) in args.owned.iter().enumerate() {
         let handle = format_ident!("{}{}", SHARED, i, span = span);

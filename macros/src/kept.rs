@@ -44,6 +44,17 @@ impl Kept {
         });
     }
 
+    /// A value that cannot be searched (a `&mut` argument the return value may borrow from):
+    /// the report names it as not inspected, and memory nothing else keeps is held for the
+    /// enclosing scope rather than called escaped.
+    pub(crate) fn unsearched(&mut self, what: &str) {
+        let span = Span::mixed_site();
+        let kept = local::local(KEPT, span);
+        let what = format!("`{what}` (a `&mut` argument the return value may borrow from)");
+        self.checked
+            .push(quote_spanned!(span=> #kept.add_uninspected(#what);));
+    }
+
     /// Statements that declare the kept set and add every value to it.
     pub(crate) fn collect(&self) -> TokenStream {
         let span = Span::mixed_site();

@@ -3,7 +3,9 @@
 //!
 //! Byte counts are the allocator's blocks: on the CPU what was asked for, on CUDA the caching
 //! allocator's rounded block (at least 512 B, a multiple of 512 B, sometimes a whole larger
-//! block). `requested` fields are what the tensors asked for, where the allocator said.
+//! block). `requested` fields are what the tensors asked for, where the allocator said; the
+//! totals count a block whose request is unknown (the first CUDA allocation of a process) at
+//! its block size.
 use crate::device::DeviceId;
 use crate::versions::Versions;
 use serde::Serialize;
@@ -77,8 +79,9 @@ pub enum HeldBy {
     OptimizerState,
     /// Not visible: a kept tensor has an autograd graph whose saved tensors cannot be listed.
     AutogradGraph,
-    /// Not judged: a kept value could not be inspected (a lock held elsewhere, or a tch type
-    /// that keeps its tensors private; named in `uninspected_kept`).
+    /// Not judged: a kept value could not be inspected (a lock held elsewhere, a tch type that
+    /// keeps its tensors private, a `&mut` argument the returned borrow holds; named in
+    /// `uninspected_kept`). The enclosing scope judges it again.
     Uninspected,
 }
 
@@ -127,7 +130,7 @@ pub struct DeviceReport {
     pub allocations: u64,
     /// Bytes allocated.
     pub allocated: u64,
-    /// Bytes the tensors asked for.
+    /// Bytes the tensors asked for (a block whose request is unknown at its block size).
     pub requested: u64,
     /// Bytes freed before the check.
     pub freed: u64,
@@ -162,7 +165,8 @@ pub struct ScopeReport {
     pub allocations: u64,
     /// Bytes allocated inside (blocks).
     pub allocated: u64,
-    /// Bytes the tensors allocated inside asked for.
+    /// Bytes the tensors allocated inside asked for (a block whose request is unknown, the
+    /// first CUDA allocation of a process, at its block size).
     pub requested: u64,
     /// Bytes of those that were freed before the check.
     pub freed: u64,
@@ -173,7 +177,8 @@ pub struct ScopeReport {
     /// Bytes still alive, owned by nothing kept (blocks); what escaped from nested scopes
     /// and is still alive escaped from this one too.
     pub escaped_bytes: u64,
-    /// What the escaped tensors asked for, where known.
+    /// What the escaped tensors asked for; an escape whose request is unknown
+    /// (`Escape::requested` is `None`) counts its block.
     pub escaped_requested: u64,
     /// One entry per escaped allocation, largest first.
     pub escaped: Vec<Escape>,
@@ -477,9 +482,10 @@ impl fmt::Display for ScopeReport {
         if !self.uninspected_kept.is_empty() {
             writeln!(
                 f,
-                "  note: kept {} could not be looked into (a lock held elsewhere, or a tch type \
-                 that keeps its tensors private); memory nothing else keeps was not judged \
-                 (`not inspected`), not called escaped",
+                "  note: kept {} could not be looked into (a lock held elsewhere, a tch type \
+                 that keeps its tensors private, or an argument the returned borrow holds); \
+                 memory nothing else keeps was not judged (`not inspected`), not called \
+                 escaped: the enclosing scope judges it",
                 self.uninspected_kept.join(", ")
             )?;
         }
