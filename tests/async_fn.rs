@@ -132,3 +132,30 @@ async fn a_guard_held_across_an_await_hands_what_it_keeps_to_the_async_scope() {
     assert_eq!(report.escaped_bytes, block(12), "{report}");
     KEPT_BY_GUARD.lock().unwrap().clear();
 }
+
+#[derive(gpu_scope::Tensors, Default)]
+struct Memo {
+    cache: Vec<Tensor>,
+}
+
+impl Memo {
+    /// The returned borrow holds `self`: what the body stored there is not inspected, not
+    /// escaped.
+    #[gpu_scope(on_escape = panic)]
+    async fn last(&mut self) -> &Tensor {
+        tokio::task::yield_now().await;
+        self.cache.push(floats(2));
+        self.cache.push(floats(4));
+        &self.cache[1]
+    }
+}
+
+#[tokio::test]
+async fn an_async_method_returning_a_borrow_of_self_names_self_not_inspected() {
+    let mut memo = Memo::default();
+    assert_eq!(memo.last().await.size(), [4]);
+    let report = gpu_scope::last_report().unwrap();
+    assert!(report.escaped.is_empty(), "{report}");
+    assert_eq!(report.status(), "not inspected", "{report}");
+    assert_eq!(report.uninspected_kept.len(), 1, "{report}");
+}
