@@ -359,6 +359,62 @@ fn autocast_cache_is_not_an_escape() {
     assert_eq!(row.allocated, row.freed + row.kept + row.held, "{r}");
 }
 
+/// Work carried into a scope on a thread inside an autocast region leaves casts in that
+/// thread's cache, which the scope's exit cannot reach: the handle clears it when the work
+/// returns, so they are freed, not escaped.
+#[test]
+fn carried_work_in_an_autocast_region_leaves_no_casts_behind() {
+    let _serial = common::serial();
+    if cuda(1).is_none() {
+        return;
+    }
+    let (handle_tx, handle_rx) = std::sync::mpsc::channel::<gpu_scope::ScopeHandle>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let worker = std::thread::spawn(move || {
+        let vs = nn::VarStore::new(Device::Cuda(0));
+        let layer = nn::linear(vs.root(), 64, 64, Default::default());
+        let x = Tensor::ones([4, 64], (Kind::Float, Device::Cuda(0)));
+        let here = handle_rx.recv().unwrap();
+        tch::autocast(true, || {
+            here.in_scope(|| assert_eq!(layer.forward(&x).kind(), Kind::Half));
+            done_tx.send(()).unwrap();
+            // The autocast region outlives the scope.
+            go_rx.recv().unwrap();
+        });
+    });
+    let result = scope(strict("carried-autocast"), || {
+        handle_tx.send(gpu_scope::current().unwrap()).unwrap();
+        done_rx.recv().unwrap();
+    });
+    go_tx.send(()).unwrap();
+    worker.join().unwrap();
+    let (_, r) = result.unwrap_or_else(|e| panic!("{e}"));
+    assert!(r.is_clean(), "{r}");
+    assert!(r.freed > 0, "{r}");
+}
+
+/// A scope ended by a panic (caught by a service that goes on serving) releases the cache
+/// as one that returned does.
+#[test]
+fn an_outermost_scope_ended_by_a_panic_releases_the_cache() {
+    let _serial = common::serial();
+    if cuda(1).is_none() {
+        return;
+    }
+    let calls = gpu_scope::__introspect::empty_cache_calls;
+    let before = calls();
+    let failed = std::panic::catch_unwind(|| {
+        scope(strict("request"), || -> () {
+            drop(floats(1 << 20, 0));
+            panic!("the request failed");
+        })
+    });
+    assert!(failed.is_err());
+    assert_eq!(calls() - before, 1, "released once, at the unchecked end");
+    assert_eq!(memory_stats(Device::Cuda(0)).unwrap().releasable, 0);
+}
+
 /// A profiler running when a scope opens: the scope steps aside (and says so, once) rather
 /// than pushing its reporter over the profiler's state, and leaves that state alone. A
 /// profiler cannot start while a scope is open on the thread (libtorch refuses, cleanly): the
@@ -393,6 +449,26 @@ fn a_running_profiler_is_never_disturbed() {
             assert_eq!(r.kept, 512);
             assert_eq!(gs_test_profiler_start(0), 0, "after the scope it starts");
             assert!(gs_test_profiler_stop() > 0);
+
+            // Work carried to a thread where a profiler runs is not seen there: neither the
+            // scope nor the one around it may say clean.
+            let (_, outer) = scope(strict("outer"), || {
+                let (_, r) = scope(strict("fan-out"), || {
+                    let here = gpu_scope::current().unwrap();
+                    std::thread::spawn(move || {
+                        assert_eq!(gs_test_profiler_start(0), 0);
+                        here.in_scope(|| SINK.lock().unwrap().push(floats(100, 0)));
+                        gs_test_profiler_stop();
+                    })
+                    .join()
+                    .unwrap();
+                })
+                .unwrap();
+                assert_eq!(r.status(), "not tracked", "{r}");
+            })
+            .unwrap();
+            assert_eq!(outer.status(), "not tracked", "{outer}");
+            SINK.lock().unwrap().clear();
         }
         return;
     }

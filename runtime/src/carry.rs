@@ -2,8 +2,8 @@
 //! made there while the handle is entered are charged to the scope (frees are seen on every
 //! thread anyway).
 use crate::ledger::Frame;
-use crate::sites;
 use crate::thread::{self, Token};
+use crate::{ffi, sites};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -36,6 +36,9 @@ struct Entered(Option<Token>);
 impl Drop for Entered {
     fn drop(&mut self) {
         if let Some(token) = self.0 {
+            // Casts that autocast cached for the work would outlive the scope, held by a thread
+            // its exit cannot reach: cleared here, as a scope's own thread clears them at exit.
+            ffi::autocast_clear();
             thread::pop(token);
         }
     }
@@ -45,7 +48,8 @@ impl ScopeHandle {
     /// Runs `f` on this thread as part of the scope: what it allocates (and what libtorch's
     /// worker threads allocate for it) is charged to the scope; scopes opened inside nest in
     /// it. The thread's autograd mode is left as it is. Operators are attributed as in the
-    /// scope itself.
+    /// scope itself. Inside an autocast region, the thread's autocast cache is cleared when
+    /// `f` returns (the scope's exit could not reach its casts).
     pub fn in_scope<R>(&self, f: impl FnOnce() -> R) -> R {
         let token = self.frame.open_successor().and_then(|frame| {
             let operators = frame.location().is_some_and(sites::attributed);

@@ -6,7 +6,6 @@ use crate::ledger::{self, Entry, Fate, Frame, Judge, Key};
 use crate::report::HeldBy;
 use crate::tensors::StorageSet;
 use rustc_hash::{FxHashMap, FxHashSet};
-use std::ffi::c_int;
 
 /// What the check needs to know, gathered before the frame closes.
 pub(crate) struct Check<'a> {
@@ -35,7 +34,7 @@ impl<'a> Check<'a> {
             workspaces: FxHashMap::default(),
             gradients: FxHashSet::default(),
             autocast: Vec::new(),
-            graph: frame.made_graph(),
+            graph: frame.noted(ledger::GRAPH),
             uninspected: kept.blind_to(|key| {
                 ledger::with_entry(key, |e| e.charged_to_frame(frame)).unwrap_or(false)
             }),
@@ -60,9 +59,7 @@ impl<'a> Check<'a> {
             return check;
         }
         check.workspaces = workspaces();
-        let mut cleared: c_int = 0;
-        // SAFETY: a plain out-pointer.
-        if ffi::check(unsafe { ffi::gs_autocast_clear(&mut cleared) }).is_ok() && cleared != 0 {
+        if ffi::autocast_clear() {
             check.autocast = candidates
                 .iter()
                 .filter(|(key, _)| ledger::with_entry(*key, |_| ()).is_none())

@@ -67,7 +67,7 @@ extern "C" {
     pub(crate) fn gs_memory_info(dev_index: c_int, free: *mut u64, total: *mut u64) -> c_int;
     pub(crate) fn gs_workspaces(visit: WorkspaceVisitor, ctx: *mut c_void) -> c_int;
     pub(crate) fn gs_clear_workspaces() -> c_int;
-    pub(crate) fn gs_autocast_clear(cleared: *mut c_int) -> c_int;
+    fn gs_autocast_clear(cleared: *mut c_int) -> c_int;
     pub(crate) fn gs_probe_reports(dev_index: c_int, reported: *mut c_int) -> c_int;
     pub(crate) fn gs_backend_name() -> *const c_char;
     fn gs_build_option(key: *const c_char, value: *mut *const c_char) -> c_int;
@@ -146,6 +146,14 @@ pub(crate) fn ops_begin() -> Option<u64> {
     check(unsafe { gs_ops_begin(&mut callback) })
         .ok()
         .map(|()| callback)
+}
+
+/// Clears this thread's autocast cache if autocast is on here (its cached casts are freed);
+/// whether it did.
+pub(crate) fn autocast_clear() -> bool {
+    let mut cleared: c_int = 0;
+    // SAFETY: a plain out-pointer.
+    check(unsafe { gs_autocast_clear(&mut cleared) }).is_ok() && cleared != 0
 }
 
 /// How many autograd graph nodes this thread has made so far.

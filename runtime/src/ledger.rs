@@ -20,7 +20,7 @@ use smallvec::SmallVec;
 use std::cell::Cell;
 use std::collections::hash_map;
 use std::panic::Location;
-use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicIsize, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// An allocation's identity: its base address and device.
@@ -251,10 +251,16 @@ pub(crate) struct Frame {
     /// Where its scope was opened, for the report of an enclosing scope that ends it.
     location: Option<&'static Location<'static>>,
     state: Mutex<FrameState>,
-    /// Autograd graph nodes were made while the frame was on some thread's stack: a graph that
-    /// could hold its allocations exists.
-    graph: AtomicBool,
+    /// What happened while it was on some thread's stack (`GRAPH`, `BLIND`); a closing frame
+    /// passes its flags on to the enclosing one.
+    flags: AtomicU8,
 }
+
+/// Autograd graph nodes were made: a graph that could hold the frame's allocations exists.
+pub(crate) const GRAPH: u8 = 1;
+/// A thread it ran on could not install its reporter (a libtorch profiler held the slot):
+/// accelerator allocations made there meanwhile were not seen.
+pub(crate) const BLIND: u8 = 2;
 
 #[derive(Debug, Default)]
 pub(crate) struct FrameState {
@@ -299,7 +305,7 @@ impl Frame {
                 open: true,
                 ..Default::default()
             }),
-            graph: AtomicBool::new(false),
+            flags: AtomicU8::new(0),
         })
     }
 
@@ -329,15 +335,14 @@ impl Frame {
         Some(open_chain(&closed_into)?[0].clone())
     }
 
-    /// Records that autograd graph nodes were made while the frame was on a thread's stack.
-    pub(crate) fn note_graph(&self) {
-        self.graph.store(true, Ordering::Relaxed);
+    /// Records `flag` (`GRAPH`, `BLIND`) for the frame.
+    pub(crate) fn note(&self, flag: u8) {
+        self.flags.fetch_or(flag, Ordering::Relaxed);
     }
 
-    /// Whether autograd graph nodes were made while the frame (or one closed into it) was on
-    /// a thread's stack.
-    pub(crate) fn made_graph(&self) -> bool {
-        self.graph.load(Ordering::Relaxed)
+    /// Whether `flag` was noted for the frame, or for one that closed into it.
+    pub(crate) fn noted(&self, flag: u8) -> bool {
+        self.flags.load(Ordering::Relaxed) & flag != 0
     }
 
     /// Lets the storages among `keys` that this frame owns outlive it (`keep`). The mark is
@@ -734,9 +739,10 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
         std::mem::swap(&mut closed.stats, &mut state.stats);
         (std::mem::take(&mut state.keys), state.saw_backward)
     };
-    if frame.made_graph() {
+    let flags = frame.flags.load(Ordering::Relaxed);
+    if flags != 0 {
         if let Some(enclosing) = enclosing.and_then(|c| c.first()) {
-            enclosing.note_graph();
+            enclosing.note(flags);
         }
     }
     if keys.is_empty() {

@@ -42,8 +42,6 @@ pub(crate) struct OpenScope {
     opts: ScopeOptions,
     started: Instant,
     placed: Option<Placed>,
-    /// A thread it ran on could not install its reporter (a libtorch profiler held the slot).
-    stepped_aside: bool,
     /// It ran with operators and shapes attributed throughout.
     attributed: bool,
     closed: bool,
@@ -62,7 +60,6 @@ impl OpenScope {
             started: Instant::now(),
             opts,
             placed: None,
-            stepped_aside: false,
             attributed: true,
             closed: false,
         };
@@ -77,7 +74,6 @@ impl OpenScope {
     fn place(&mut self, owned: bool) -> Result<(), Error> {
         let operators = sites::attributed(self.opts.location);
         let token = thread::push(self.frame.clone(), owned, operators)?;
-        self.stepped_aside |= thread::stepped_aside();
         self.attributed &= thread::attributing();
         let at = self.opts.location;
         let grad = (!self.opts.keep_grad_mode).then(|| grad::off(at));
@@ -173,12 +169,9 @@ impl OpenScope {
                 .map(|(d, _)| *d)
                 .filter(|d| !d.is_cpu())
         };
-        let released = if checked {
-            let used: Vec<DeviceId> = accelerators().collect();
-            release::run(self.opts.release, enclosing.is_none(), &used)
-        } else {
-            Released::default()
-        };
+        // Unchecked ends too (a panic, an early return): the cache is released all the same.
+        let used: Vec<DeviceId> = accelerators().collect();
+        let released = release::run(self.opts.release, enclosing.is_none(), &used);
         let mut report = self.report(&mut closed, kept, untracked, uninspected, released, checked);
         report.ended_inside = ended_inside;
         if !report.escaped.is_empty() && !self.attributed && attribution() == Attribution::OnLeak {
@@ -191,15 +184,17 @@ impl OpenScope {
     /// Devices on which the scope could not see allocations.
     fn untracked(&self, closed: &Closed) -> Vec<Untracked> {
         let mut untracked = Vec::new();
-        if self.stepped_aside {
+        let blind = self.frame.noted(ledger::BLIND);
+        if blind {
             untracked.push(Untracked {
                 device: None,
                 reason: "a libtorch profiler held the memory-reporting slot of a thread the \
-                         scope ran on; accelerator allocations made meanwhile were not seen",
+                         scope's work ran on; accelerator allocations made meanwhile were not \
+                         seen",
             });
         }
         let saw_accelerator = closed.stats.devices.iter().any(|(d, _)| !d.is_cpu());
-        if !saw_accelerator && !self.stepped_aside && memory::allocator_reports(-1) == Some(false) {
+        if !saw_accelerator && !blind && memory::allocator_reports(-1) == Some(false) {
             untracked.push(Untracked {
                 device: None,
                 reason: "the accelerator's allocator reports nothing (the cudaMallocAsync \

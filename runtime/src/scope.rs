@@ -8,7 +8,7 @@ use std::marker::PhantomData;
 
 /// An open scope on this thread. Leave it with [`Scope::exit`]; dropping it instead (a panic,
 /// an early return) ends it without a check and hands its live allocations to the enclosing
-/// scope. Not `Send`: a scope belongs to the thread that opened it (carry it to other threads
+/// scope (its release policy still applies). Not `Send`: a scope belongs to the thread that opened it (carry it to other threads
 /// with [`current`](crate::current) and [`ScopeHandle`](crate::ScopeHandle)).
 #[must_use = "a scope is checked when you call `exit`; dropping it skips the check"]
 #[derive(Debug)]

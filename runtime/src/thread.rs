@@ -4,7 +4,7 @@
 //! A frame is on a thread's stack either because the scope was opened here (owned) or because
 //! it was carried here (an async scope being polled, or a [`ScopeHandle`](crate::ScopeHandle)
 //! running a closure): borrowed. Only the scope that owns a frame closes it.
-use crate::ledger::{Chain, Frame};
+use crate::ledger::{Chain, Frame, BLIND, GRAPH};
 use crate::{ffi, Error};
 use std::cell::{Cell, RefCell};
 use std::sync::{Arc, Mutex};
@@ -64,7 +64,7 @@ struct Level {
 fn note_graphs(levels: &[Level]) {
     let now = ffi::graph_nodes();
     for level in levels.iter().filter(|l| l.nodes != now) {
-        level.frame.note_graph();
+        level.frame.note(GRAPH);
     }
 }
 
@@ -122,6 +122,10 @@ pub(crate) fn push(frame: Arc<Frame>, owned: bool, operators: bool) -> Result<To
                 std::iter::once(&frame).chain(below).cloned().collect()
             }
         };
+        if t.hooks.get().is_some_and(|h| h.stepped_aside) {
+            // Accelerator allocations made here are not seen: by any scope of the chain.
+            chain.iter().for_each(|f| f.note(BLIND));
+        }
         publish(t, Some(chain.clone()));
         stack.push(Level {
             token,
@@ -213,11 +217,6 @@ pub(crate) fn chain() -> Option<Chain> {
 /// Whether operators are attributed on this thread now.
 pub(crate) fn attributing() -> bool {
     THREAD.with(|t| t.ops.get().is_some())
-}
-
-/// Whether this thread's reporter stepped aside for a libtorch profiler (see `ffi::ThreadHooks`).
-pub(crate) fn stepped_aside() -> bool {
-    THREAD.with(|t| t.hooks.get().is_some_and(|h| h.stepped_aside))
 }
 
 /// How many frames are on this thread's stack.
