@@ -215,6 +215,39 @@ impl Memo {
     }
 }
 
+#[derive(Tensors, Default)]
+struct Wrap(Vec<Tensor>);
+
+#[gpu_scope(on_escape = panic)]
+fn fill_destructured(Wrap(v): &mut Wrap) {
+    v.push(floats(4));
+}
+
+#[gpu_scope(on_escape = panic)]
+fn fill_named<'a>(cache: Option<&'a mut Vec<Tensor>>) -> Option<&'a Tensor> {
+    let cache = cache?;
+    cache.push(floats(4));
+    cache.first()
+}
+
+#[test]
+fn mut_arguments_that_cannot_be_searched_are_named_not_inspected() {
+    let mut wrap = Wrap::default();
+    fill_destructured(&mut wrap);
+    let report = last_report().unwrap();
+    assert_eq!(report.status(), "not inspected", "{report}");
+    assert!(report.uninspected_kept[0].starts_with("`Wrap"), "{report}");
+    let mut cache = Vec::new();
+    fill_named(Some(&mut cache));
+    let report = last_report().unwrap();
+    assert!(report.escaped.is_empty(), "{report}");
+    assert!(
+        report.uninspected_kept[0].starts_with("`cache`"),
+        "{report}"
+    );
+    assert_eq!((wrap.0.len(), cache.len()), (1, 1));
+}
+
 #[test]
 fn a_mut_argument_the_return_value_borrows_is_named_not_inspected_not_escaped() {
     let mut memo = Memo::default();

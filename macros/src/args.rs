@@ -30,8 +30,9 @@ pub(crate) struct Args {
     pub pinned_self: Option<Token![self]>,
     /// An owned receiver: the body takes it (see `take_self`).
     pub owned_self: Option<Token![self]>,
-    /// `&mut` arguments the return value may borrow from, which cannot be searched: the
-    /// report names them as not inspected.
+    /// `&mut` arguments that cannot be searched after the body (the return value may borrow
+    /// from them, or they move into it, or they are destructured in the signature), described
+    /// for the report, which names them as not inspected.
     pub unsearched: Vec<String>,
 }
 
@@ -62,7 +63,7 @@ pub(crate) fn classify(sig: &mut Signature, body: &Block) -> Args {
                         args.owned_self = Some(this);
                     }
                     Receiver::Borrowed { .. } | Receiver::PinnedMut => {
-                        args.unsearched.push("self".to_owned())
+                        args.unsearched.push(borrowed_by_return("self"))
                     }
                 }
             }
@@ -70,6 +71,11 @@ pub(crate) fn classify(sig: &mut Signature, body: &Block) -> Args {
         }
     }
     args
+}
+
+/// How the report names a `&mut` argument the return value may borrow from.
+fn borrowed_by_return(name: impl std::fmt::Display) -> String {
+    format!("`{name}` (a `&mut` argument the return value may borrow from)")
 }
 
 /// Sorts one typed argument, or one element of a tuple argument destructured in the signature
@@ -99,9 +105,12 @@ fn typed(pat: &mut Pat, ty: &Type, may_borrow: bool, body: &TokenStream, args: &
         // A named lifetime may have to outlive the body (stored in `self` or another argument):
         // such an argument moves into the body whole, as any owned one.
         let named = r.lifetime.as_ref().is_some_and(|l| l.ident != "_");
-        if may_borrow && !named {
-            args.unsearched.push(name.to_string());
-        } else if !named {
+        if may_borrow || named {
+            args.unsearched.push(match named {
+                true => format!("`{name}` (an `Option<&mut _>` argument with a named lifetime)"),
+                false => borrowed_by_return(name),
+            });
+        } else {
             // `Option<&mut T>`: the body gets a reborrow, so that it can be searched after.
             args.roots.push((quote!(#name), false));
             if !mentions(body.clone(), name) {
@@ -118,12 +127,20 @@ fn typed(pat: &mut Pat, ty: &Type, may_borrow: bool, body: &TokenStream, args: &
     match (ty, name) {
         (Type::Reference(r), Some(name)) => {
             if r.mutability.is_some() && may_borrow {
-                args.unsearched.push(name.to_string());
+                args.unsearched.push(borrowed_by_return(&name));
             } else {
                 args.roots.push((quote!(#name), r.mutability.is_none()));
             }
         }
-        (Type::Reference(_), None) => {}
+        (Type::Reference(r), None) => {
+            // `_` and `&mut x` (a `Copy` pointee) cannot store anything in it.
+            let opaque = !matches!(pat, Pat::Wild(_) | Pat::Reference(_));
+            if r.mutability.is_some() && opaque {
+                let pat = pat.to_token_stream().to_string();
+                args.unsearched
+                    .push(format!("`{pat}` (a `&mut` argument destructured)"));
+            }
+        }
         (_, name) => {
             args.owned.extend(name.map(|name| quote!(#name)));
             Rebind {

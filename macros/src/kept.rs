@@ -44,13 +44,11 @@ impl Kept {
         });
     }
 
-    /// A value that cannot be searched (a `&mut` argument the return value may borrow from):
-    /// the report names it as not inspected, and memory nothing else keeps is held for the
-    /// enclosing scope rather than called escaped.
+    /// A value that cannot be searched (`what` describes it): the report names it as not
+    /// inspected, and memory nothing else keeps is not called escaped.
     pub(crate) fn unsearched(&mut self, what: &str) {
         let span = Span::mixed_site();
         let kept = local::local(KEPT, span);
-        let what = format!("`{what}` (a `&mut` argument the return value may borrow from)");
         self.checked
             .push(quote_spanned!(span=> #kept.add_uninspected(#what);));
     }

@@ -81,7 +81,7 @@ pub enum HeldBy {
     AutogradGraph,
     /// Not judged: a kept value could not be inspected (a lock held elsewhere, a tch type that
     /// keeps its tensors private, a `&mut` argument the returned borrow holds; named in
-    /// `uninspected_kept`). The enclosing scope judges it again.
+    /// `uninspected_kept`). An enclosing scope, if any, judges it again.
     Uninspected,
 }
 
@@ -485,7 +485,7 @@ impl fmt::Display for ScopeReport {
                 "  note: kept {} could not be looked into (a lock held elsewhere, a tch type \
                  that keeps its tensors private, or an argument the returned borrow holds); \
                  memory nothing else keeps was not judged (`not inspected`), not called \
-                 escaped: the enclosing scope judges it",
+                 escaped (an enclosing scope, if any, judges it)",
                 self.uninspected_kept.join(", ")
             )?;
         }
