@@ -218,9 +218,19 @@ impl Memo {
 #[derive(Tensors, Default)]
 struct Wrap(Vec<Tensor>);
 
-#[gpu_scope(on_escape = panic)]
-fn fill_destructured(Wrap(v): &mut Wrap) {
+#[gpu_scope(on_escape = error)]
+fn fill_destructured(Wrap(v): &mut Wrap, leak: bool) -> Result<(), Error> {
     v.push(floats(4));
+    if leak {
+        SINK.lock().unwrap().push(floats(2));
+    }
+    Ok(())
+}
+
+#[gpu_scope(on_escape = error)]
+fn fill_shared(Model { shared, .. }: &Model) -> Result<(), Error> {
+    shared.lock().unwrap().push(floats(4));
+    Ok(())
 }
 
 #[gpu_scope(on_escape = panic)]
@@ -231,12 +241,20 @@ fn fill_named<'a>(cache: Option<&'a mut Vec<Tensor>>) -> Option<&'a Tensor> {
 }
 
 #[test]
-fn mut_arguments_that_cannot_be_searched_are_named_not_inspected() {
+fn reference_arguments_destructured_in_the_signature_are_kept() {
+    let _serial = common::serial();
     let mut wrap = Wrap::default();
-    fill_destructured(&mut wrap);
-    let report = last_report().unwrap();
-    assert_eq!(report.status(), "not inspected", "{report}");
-    assert!(report.uninspected_kept[0].starts_with("`Wrap"), "{report}");
+    kept(fill_destructured(&mut wrap, false));
+    let err = fill_destructured(&mut wrap, true).unwrap_err();
+    assert_eq!(err.report().unwrap().escaped.len(), 1, "{err}");
+    SINK.lock().unwrap().clear();
+    let model = Model::default();
+    kept(fill_shared(&model));
+    assert_eq!((wrap.0.len(), model.shared.lock().unwrap().len()), (2, 1));
+}
+
+#[test]
+fn mut_arguments_that_cannot_be_searched_are_named_not_inspected() {
     let mut cache = Vec::new();
     fill_named(Some(&mut cache));
     let report = last_report().unwrap();
@@ -245,7 +263,7 @@ fn mut_arguments_that_cannot_be_searched_are_named_not_inspected() {
         report.uninspected_kept[0].starts_with("`cache`"),
         "{report}"
     );
-    assert_eq!((wrap.0.len(), cache.len()), (1, 1));
+    assert_eq!(cache.len(), 1);
 }
 
 #[test]

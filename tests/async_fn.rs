@@ -159,3 +159,19 @@ async fn an_async_method_returning_a_borrow_of_self_names_self_not_inspected() {
     assert_eq!(report.status(), "not inspected", "{report}");
     assert_eq!(report.uninspected_kept.len(), 1, "{report}");
 }
+
+#[gpu_scope(on_escape = error)]
+async fn fill_destructured(Memo { cache }: &mut Memo) -> Result<(), Error> {
+    tokio::task::yield_now().await;
+    cache.push(floats(2));
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_async_argument_destructured_in_the_signature_is_kept() {
+    let mut memo = Memo::default();
+    fill_destructured(&mut memo).await.unwrap();
+    let report = gpu_scope::last_report().unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(memo.cache.len(), 1);
+}

@@ -1,7 +1,8 @@
 //! What each argument of a scoped function is to its scope.
 //!
 //! - Borrowed (`&T`, `&mut T`, `&self`, `self: &Arc<Self>`, `self: Pin<&mut Self>`, ...): the
-//!   caller's value; a root, searched after the body. A `&mut` one is left out when the return
+//!   caller's value; a root, searched after the body (one destructured in the signature is
+//!   bound whole and destructured in the body). A `&mut` one is left out when the return
 //!   type may borrow from it (it cannot be looked at while that borrow lives), and named as
 //!   not inspected, so that what the body stored in it is not called escaped. A shared one
 //!   (`&T`) was made before the scope: tch modules whose tensors are private to tch hold
@@ -12,9 +13,10 @@
 //!   only the fields it uses and leave the rest alive in the function until after the search.
 //! - Owned handles that share their contents with the caller (`Arc`, `Rc`): a weak handle,
 //!   taken before the body moves the argument, keeps what the caller still holds.
+use crate::local;
 use crate::types::{self, Receiver};
 use proc_macro2::{Ident, Span, TokenStream, TokenTree};
-use quote::{quote, quote_spanned, ToTokens};
+use quote::{format_ident, quote, quote_spanned, ToTokens};
 use syn::visit_mut::VisitMut;
 use syn::{Block, FnArg, Pat, ReturnType, Signature, Token, Type};
 
@@ -31,8 +33,8 @@ pub(crate) struct Args {
     /// An owned receiver: the body takes it (see `take_self`).
     pub owned_self: Option<Token![self]>,
     /// `&mut` arguments that cannot be searched after the body (the return value may borrow
-    /// from them, or they move into it, or they are destructured in the signature), described
-    /// for the report, which names them as not inspected.
+    /// from them, or they move into it), described for the report, which names them as not
+    /// inspected.
     pub unsearched: Vec<String>,
 }
 
@@ -132,14 +134,28 @@ fn typed(pat: &mut Pat, ty: &Type, may_borrow: bool, body: &TokenStream, args: &
                 args.roots.push((quote!(#name), r.mutability.is_none()));
             }
         }
+        // `_` and `&x` (a `Copy` pointee) hold nothing the body could have stored.
+        (Type::Reference(_), None) if matches!(pat, Pat::Wild(_) | Pat::Reference(_)) => {}
+        (Type::Reference(r), None) if r.mutability.is_some() && may_borrow => {
+            let pat = pat.to_token_stream().to_string();
+            args.unsearched.push(borrowed_by_return(pat));
+        }
         (Type::Reference(r), None) => {
-            // `_` and `&mut x` (a `Copy` pointee) cannot store anything in it.
-            let opaque = !matches!(pat, Pat::Wild(_) | Pat::Reference(_));
-            if r.mutability.is_some() && opaque {
-                let pat = pat.to_token_stream().to_string();
-                args.unsearched
-                    .push(format!("`{pat}` (a `&mut` argument destructured)"));
-            }
+            // Destructured in the signature (`Wrap(v): &mut Wrap`): bound under a name of its
+            // own, destructured in the body (which reborrows through it), searched after.
+            let span = Span::mixed_site();
+            let name = format_ident!("{}{}", local::ARG, args.rebinds.len(), span = span);
+            let whole = Pat::Ident(syn::PatIdent {
+                attrs: Vec::new(),
+                by_ref: None,
+                mutability: None,
+                ident: name.clone(),
+                subpat: None,
+            });
+            let parts = std::mem::replace(pat, whole);
+            args.rebinds
+                .push(quote_spanned!(span=> let #parts = #name;));
+            args.roots.push((quote!(#name), r.mutability.is_none()));
         }
         (_, name) => {
             args.owned.extend(name.map(|name| quote!(#name)));

@@ -11,6 +11,7 @@ pub(crate) const SELF: &str = "__gpu_scope_self";
 pub(crate) const SHARED: &str = "__gpu_scope_shared";
 pub(crate) const VALUE: &str = "__gpu_scope_value";
 pub(crate) const RESULT: &str = "__gpu_scope_result";
+pub(crate) const ARG: &str = "__gpu_scope_arg";
 
 /// Generated code's span: mixed-site hygiene, shown at `at` in diagnostics.
 pub(crate) fn at(at: Span) -> Span {
