@@ -290,3 +290,60 @@ fn carried_work_is_attributed_like_the_scope() {
     );
     SINK.lock().unwrap().clear();
 }
+
+/// Work already running through a handle when its scope ends is charged from then on to the
+/// scope it ended inside: a leak made after the end is that scope's.
+#[test]
+fn work_running_through_a_handle_when_its_scope_ends_is_charged_onwards() {
+    let _serial = common::serial();
+    let request = Scope::enter(strict("request")).unwrap();
+    let step = Scope::enter(strict("step")).unwrap();
+    let handle = gpu_scope::current().unwrap();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let (in_tx, in_rx) = std::sync::mpsc::channel::<()>();
+    let worker = std::thread::spawn(move || {
+        handle.in_scope(|| {
+            in_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            SINK.lock().unwrap().push(floats(13));
+        })
+    });
+    in_rx.recv().unwrap();
+    step.exit(&()).unwrap();
+    go_tx.send(()).unwrap();
+    worker.join().unwrap();
+    let report = escaped(request.exit(&()));
+    assert_eq!(on(&report).escaped, block(52), "{report}");
+    SINK.lock().unwrap().clear();
+}
+
+#[gpu_scope::gpu_scope(on_escape = ignore)]
+async fn leaks_then_waits(started: std::sync::mpsc::Sender<()>) {
+    SINK.lock().unwrap().push(floats(13));
+    started.send(()).unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+}
+
+/// An async scope carried into a scope with `instrument` and cancelled there hands what it
+/// leaves behind to that scope.
+#[test]
+fn a_cancelled_instrumented_async_scope_hands_its_leak_to_the_carrying_scope() {
+    let _serial = common::serial();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .unwrap();
+    let request = Scope::enter(strict("request")).unwrap();
+    let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
+    let task = gpu_scope::current()
+        .unwrap()
+        .instrument(leaks_then_waits(started_tx));
+    let join = runtime.spawn(task);
+    started_rx.recv().unwrap();
+    join.abort();
+    assert!(runtime.block_on(join).unwrap_err().is_cancelled());
+    let report = escaped(request.exit(&()));
+    assert_eq!(on(&report).escaped, block(52), "{report}");
+    SINK.lock().unwrap().clear();
+}

@@ -241,3 +241,45 @@ fn a_leak_over_budget_says_both_in_its_headline() {
     );
     assert_eq!(err.report().unwrap().status(), "escaped, over budget");
 }
+
+fn grad_enabled() -> bool {
+    Tensor::ones([1], (tch::Kind::Float, tch::Device::Cpu))
+        .set_requires_grad(true)
+        .g_mul_scalar(2)
+        .requires_grad()
+}
+
+/// Scopes ended out of order (an inner one ended by its enclosing scope, then exited or
+/// dropped) leave the thread's autograd mode as it was before them.
+#[test]
+fn scopes_ended_out_of_order_give_autograd_back() {
+    assert!(grad_enabled());
+    let outer = Scope::enter(strict("outer")).unwrap();
+    let inner = Scope::enter(strict("inner")).unwrap();
+    outer.exit(&()).unwrap();
+    assert!(grad_enabled());
+    assert!(matches!(
+        inner.exit(&()),
+        Err(Error::EndedByEnclosing { .. })
+    ));
+    assert!(grad_enabled(), "autograd back on with no scope open");
+    let outer = Scope::enter(strict("outer")).unwrap();
+    let inner = Scope::enter(strict("inner")).unwrap();
+    outer.exit(&()).unwrap();
+    drop(inner);
+    assert!(grad_enabled(), "autograd back on with no scope open");
+}
+
+thread_local! {
+    static HELD: std::cell::RefCell<Option<Scope>> = const { std::cell::RefCell::new(None) };
+}
+
+/// A scope kept in a thread-local ends, unchecked, when its thread does.
+#[test]
+fn a_scope_kept_in_a_thread_local_ends_with_its_thread() {
+    let thread = std::thread::spawn(|| {
+        HELD.with(|h| *h.borrow_mut() = Some(Scope::enter(strict("in-tls")).unwrap()));
+        drop(floats(4));
+    });
+    assert!(thread.join().is_ok());
+}

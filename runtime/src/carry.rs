@@ -62,7 +62,7 @@ impl ScopeHandle {
     /// Wraps a future so that each of its polls runs [`in_scope`](Self::in_scope).
     pub fn instrument<F: Future>(&self, future: F) -> Carried<F> {
         Carried {
-            inner: Box::pin(future),
+            inner: Some(Box::pin(future)),
             scope: self.clone(),
         }
     }
@@ -77,7 +77,8 @@ impl ScopeHandle {
 #[must_use = "futures do nothing unless polled"]
 #[derive(Debug)]
 pub struct Carried<F> {
-    inner: Pin<Box<F>>,
+    /// `None` only while it is dropped.
+    inner: Option<Pin<Box<F>>>,
     scope: ScopeHandle,
 }
 
@@ -86,6 +87,17 @@ impl<F: Future> Future for Carried<F> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = &mut *self;
-        this.scope.in_scope(|| this.inner.as_mut().poll(cx))
+        let inner = this.inner.as_mut().expect("polled after it was dropped");
+        this.scope.in_scope(|| inner.as_mut().poll(cx))
+    }
+}
+
+impl<F> Drop for Carried<F> {
+    fn drop(&mut self) {
+        // Dropped in the scope too: a cancelled async scope inside hands what it leaves
+        // behind to the scope it was carried into, not to nothing.
+        if let Some(inner) = self.inner.take() {
+            self.scope.in_scope(|| drop(inner));
+        }
     }
 }

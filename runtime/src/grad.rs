@@ -23,14 +23,21 @@ pub(crate) fn off(at: Place) -> c_int {
 
 /// Gives the thread back the autograd mode [`off`] returned for the scope opened at `at`.
 pub(crate) fn restore(previous: c_int, at: Place) {
-    OFF.with(|o| {
+    forget(at);
+    set(previous);
+}
+
+/// The scope opened at `at` no longer keeps autograd off, and leaves the mode as it is (an
+/// enclosing scope that ended it gave the thread back its own mode).
+pub(crate) fn forget(at: Place) {
+    // Not during the thread's end, when the list may be gone already.
+    let _ = OFF.try_with(|o| {
         let mut off = o.borrow_mut();
         // The same scope's place, by address (the last one but after an async suspension).
         if let Some(i) = off.iter().rposition(|l| std::ptr::eq(*l, at)) {
             off.remove(i);
         }
     });
-    set(previous);
 }
 
 fn set(enabled: c_int) -> c_int {

@@ -533,6 +533,12 @@ pub(crate) fn record_alloc(chain: Chain, key: Key, mut entry: Entry) -> bool {
     for (at, frame) in chain.iter().enumerate() {
         let mut state = frame.lock();
         if !state.open {
+            if at == 0 && state.closed_into.is_some() {
+                // Work carried through a handle whose scope ended meanwhile: charged to where
+                // the scope ended, with the scopes open here.
+                drop((state, map));
+                return record_alloc(successor_chain(&chain), key, entry);
+            }
             continue;
         }
         if owner.is_none() {
@@ -564,6 +570,19 @@ pub(crate) fn record_alloc(chain: Chain, key: Key, mut entry: Entry) -> bool {
         release(key, stale, true);
     }
     true
+}
+
+/// `chain` with its closed innermost frame replaced by the open chain it closed into, the
+/// frames below it that are open kept after those (once).
+#[cold]
+fn successor_chain(chain: &Chain) -> Chain {
+    let mut frames: Vec<Arc<Frame>> = open_chain(chain).map_or_else(Vec::new, |c| c.to_vec());
+    for frame in &chain[1..] {
+        if frame.is_open() && !frames.iter().any(|f| Arc::ptr_eq(f, frame)) {
+            frames.push(frame.clone());
+        }
+    }
+    Arc::from(frames)
 }
 
 /// Takes an entry's bytes off the frames it is charged to, as freed or (escaped, untracked)

@@ -126,7 +126,11 @@ impl OpenScope {
     pub(crate) fn close(&mut self, kept: &StorageSet, checked: bool) -> ScopeReport {
         self.closed = true;
         if let Some(previous) = self.placed.as_mut().and_then(|p| p.grad.take()) {
-            grad::restore(previous, self.opts.location);
+            // Ended by an enclosing scope already, which gave the thread back its own mode.
+            match !checked && !self.frame.is_open() {
+                true => grad::forget(self.opts.location),
+                false => grad::restore(previous, self.opts.location),
+            }
         }
         let (above, enclosing) = match &self.placed {
             Some(p) => {
@@ -365,8 +369,10 @@ fn group_held(held: &[(HeldBy, DeviceId, u64)]) -> Vec<Held> {
 
 impl Drop for OpenScope {
     fn drop(&mut self) {
-        // Not closed: a panic, an early return, a cancelled future. End without a check.
-        if !self.closed {
+        // Not closed: a panic, an early return, a cancelled future. End without a check;
+        // not while the thread itself ends (a scope kept in a thread-local), when the thread's
+        // state has ended the scope already.
+        if !self.closed && thread::alive() {
             drop(self.close(&StorageSet::new(), false));
         }
     }

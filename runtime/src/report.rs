@@ -308,7 +308,8 @@ pub fn last_report() -> Option<ScopeReport> {
 }
 
 pub(crate) fn set_last(report: &ScopeReport) {
-    LAST.with(|l| match &mut *l.borrow_mut() {
+    // Not during the thread's end, when the copy may be gone already.
+    let _ = LAST.try_with(|l| match &mut *l.borrow_mut() {
         Some(last) => overwrite(last, report),
         empty => *empty = Some(report.clone()),
     });

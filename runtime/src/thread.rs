@@ -219,6 +219,11 @@ pub(crate) fn attributing() -> bool {
     THREAD.with(|t| t.ops.get().is_some())
 }
 
+/// Whether this thread's state is still there (not while the thread ends).
+pub(crate) fn alive() -> bool {
+    THREAD.try_with(|_| ()).is_ok()
+}
+
 /// How many frames are on this thread's stack.
 pub(crate) fn depth() -> usize {
     THREAD.with(|t| t.stack.borrow().len())
