@@ -347,3 +347,26 @@ fn a_cancelled_instrumented_async_scope_hands_its_leak_to_the_carrying_scope() {
     assert_eq!(on(&report).escaped, block(52), "{report}");
     SINK.lock().unwrap().clear();
 }
+
+/// A scope opened in carried work and never ended (forgotten) is ended, unchecked, by the
+/// scope the work was carried into, as a scope left open on one thread is: its leak is found
+/// there, and the report says where it was opened.
+#[test]
+fn a_scope_forgotten_in_carried_work_is_ended_by_the_carrying_scope() {
+    let _serial = common::serial();
+    let request = Scope::enter(strict("request")).unwrap();
+    let here = gpu_scope::current().unwrap();
+    std::thread::spawn(move || {
+        here.in_scope(|| {
+            let task = Scope::enter(strict("task")).unwrap();
+            SINK.lock().unwrap().push(floats(13));
+            std::mem::forget(task);
+        })
+    })
+    .join()
+    .unwrap();
+    let report = escaped(request.exit(&()));
+    assert_eq!(on(&report).escaped, block(52), "{report}");
+    assert_eq!(report.ended_inside.len(), 1, "{report}");
+    SINK.lock().unwrap().clear();
+}

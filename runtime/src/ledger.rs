@@ -261,6 +261,8 @@ pub(crate) const GRAPH: u8 = 1;
 /// A thread it ran on could not install its reporter (a libtorch profiler held the slot):
 /// accelerator allocations made there meanwhile were not seen.
 pub(crate) const BLIND: u8 = 2;
+/// Scopes opened inside it left a thread's stack with it while still open (`park`).
+pub(crate) const PARKED: u8 = 4;
 
 #[derive(Debug, Default)]
 pub(crate) struct FrameState {
@@ -276,6 +278,9 @@ pub(crate) struct FrameState {
     pub parked_in: Option<Chain>,
     /// The frames it closed inside: where work carried on through its handle is charged.
     closed_into: Option<Chain>,
+    /// Frames opened inside it that left a thread's stack with it, still open: it ends
+    /// those still open when it ends.
+    parked: Vec<Arc<Frame>>,
 }
 
 impl Drop for Frame {
@@ -335,7 +340,19 @@ impl Frame {
         Some(open_chain(&closed_into)?[0].clone())
     }
 
-    /// Records `flag` (`GRAPH`, `BLIND`) for the frame.
+    /// Records that `inner`, opened inside this frame, left the thread's stack with it while
+    /// still open (an async scope suspended with it, carried work that forgot it).
+    pub(crate) fn park(&self, inner: Arc<Frame>) {
+        self.lock().parked.push(inner);
+        self.note(PARKED);
+    }
+
+    /// The frames `park`ed in it.
+    pub(crate) fn take_parked(&self) -> Vec<Arc<Frame>> {
+        std::mem::take(&mut self.lock().parked)
+    }
+
+    /// Records `flag` (`GRAPH`, `BLIND`, `PARKED`) for the frame.
     pub(crate) fn note(&self, flag: u8) {
         self.flags.fetch_or(flag, Ordering::Relaxed);
     }
@@ -758,7 +775,7 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
         std::mem::swap(&mut closed.stats, &mut state.stats);
         (std::mem::take(&mut state.keys), state.saw_backward)
     };
-    let flags = frame.flags.load(Ordering::Relaxed);
+    let flags = frame.flags.load(Ordering::Relaxed) & (GRAPH | BLIND);
     if flags != 0 {
         if let Some(enclosing) = enclosing.and_then(|c| c.first()) {
             enclosing.note(flags);

@@ -22,6 +22,7 @@ use crate::tensors::StorageSet;
 use crate::thread::{self, Token};
 use crate::{ffi, grad, policy, sites, Error};
 use std::ffi::c_int;
+use std::panic::Location;
 use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
@@ -150,6 +151,9 @@ impl OpenScope {
         if !above.is_empty() {
             ended_inside = above.iter().filter_map(|f| f.location()).collect();
             close_inner(&self.frame, &above, enclosing.as_ref());
+        }
+        if self.frame.noted(ledger::PARKED) {
+            end_parked(&self.frame, enclosing.as_ref(), &mut ended_inside);
         }
         // A checked end comes from `finish`, which found the frame open; only this scope
         // closes it.
@@ -318,6 +322,25 @@ fn close_inner(frame: &Arc<Frame>, above: &[Arc<Frame>], enclosing: Option<&Chai
     for _ in 0..above.len() {
         let inner = chain.remove(0);
         ledger::close(&inner, Some(&Arc::from(chain.clone())), &KeepAll);
+    }
+}
+
+type Place = &'static Location<'static>;
+
+/// Scopes opened inside `frame` that left a thread's stack with it and are still open (an
+/// async scope's guard held across an `.await`, a scope forgotten in carried work) end
+/// first, unchecked, into it, innermost first; their places go to `ended`.
+#[cold]
+#[inline(never)]
+fn end_parked(frame: &Arc<Frame>, enclosing: Option<&Chain>, ended: &mut Vec<Place>) {
+    let chain: Chain = std::iter::once(frame)
+        .chain(enclosing.into_iter().flat_map(|c| c.iter()))
+        .cloned()
+        .collect();
+    for inner in frame.take_parked().iter().filter(|f| f.is_open()) {
+        end_parked(inner, Some(&chain), ended);
+        ended.extend(inner.location());
+        ledger::close(inner, Some(&chain), &KeepAll);
     }
 }
 
