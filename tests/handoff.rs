@@ -370,3 +370,37 @@ fn a_scope_forgotten_in_carried_work_is_ended_by_the_carrying_scope() {
     assert_eq!(report.ended_inside.len(), 1, "{report}");
     SINK.lock().unwrap().clear();
 }
+
+/// The same when the scope the work was carried into ends first, while the work still runs:
+/// the scope it ended inside ends the forgotten one, also when that scope is itself ended by
+/// its enclosing one.
+#[test]
+fn a_scope_forgotten_in_carried_work_after_its_carrier_ended_is_still_ended() {
+    let _serial = common::serial();
+    let outer = Scope::enter(strict("outer")).unwrap();
+    let middle = Scope::enter(strict("middle")).unwrap();
+    let request = Scope::enter(strict("request")).unwrap();
+    let here = gpu_scope::current().unwrap();
+    let (opened_tx, opened_rx) = std::sync::mpsc::channel::<()>();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let worker = std::thread::spawn(move || {
+        here.in_scope(|| {
+            let task = Scope::enter(strict("task")).unwrap();
+            SINK.lock().unwrap().push(floats(13));
+            opened_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            std::mem::forget(task);
+        })
+    });
+    opened_rx.recv().unwrap();
+    let report = request.exit(&()).unwrap();
+    assert!(report.escaped.is_empty(), "{report}");
+    go_tx.send(()).unwrap();
+    worker.join().unwrap();
+    // `outer` ends `middle` first (still open), which ends the forgotten scope.
+    let report = escaped(outer.exit(&()));
+    assert_eq!(on(&report).escaped, block(52), "{report}");
+    assert_eq!(report.ended_inside.len(), 2, "{report}");
+    drop(middle);
+    SINK.lock().unwrap().clear();
+}

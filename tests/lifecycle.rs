@@ -268,6 +268,18 @@ fn scopes_ended_out_of_order_give_autograd_back() {
     outer.exit(&()).unwrap();
     drop(inner);
     assert!(grad_enabled(), "autograd back on with no scope open");
+    // An enclosing scope that keeps the caller's mode ends the inner one, which gives its
+    // mode back.
+    let outer = Scope::enter(strict("outer").keep_grad_mode(true)).unwrap();
+    let inner = Scope::enter(strict("inner")).unwrap();
+    assert!(!grad_enabled());
+    outer.exit(&()).unwrap();
+    assert!(
+        grad_enabled(),
+        "autograd back on once the outer scope ended"
+    );
+    drop(inner);
+    assert!(grad_enabled(), "autograd back on with no scope open");
 }
 
 thread_local! {

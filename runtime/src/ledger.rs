@@ -20,7 +20,7 @@ use smallvec::SmallVec;
 use std::cell::Cell;
 use std::collections::hash_map;
 use std::panic::Location;
-use std::sync::atomic::{AtomicIsize, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicIsize, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// An allocation's identity: its base address and device.
@@ -251,10 +251,15 @@ pub(crate) struct Frame {
     /// Where its scope was opened, for the report of an enclosing scope that ends it.
     location: Option<&'static Location<'static>>,
     state: Mutex<FrameState>,
-    /// What happened while it was on some thread's stack (`GRAPH`, `BLIND`); a closing frame
-    /// passes its flags on to the enclosing one.
+    /// What happened while it was on some thread's stack (`GRAPH`, `BLIND`, `PARKED`); a
+    /// closing frame passes the first two on to the enclosing one.
     flags: AtomicU8,
+    /// The autograd mode of the thread it is placed on before its scope turned autograd off
+    /// (`NO_GRAD`: untouched), given back by whoever ends it there.
+    grad: AtomicI32,
 }
+
+const NO_GRAD: i32 = i32::MIN;
 
 /// Autograd graph nodes were made: a graph that could hold the frame's allocations exists.
 pub(crate) const GRAPH: u8 = 1;
@@ -311,6 +316,7 @@ impl Frame {
                 ..Default::default()
             }),
             flags: AtomicU8::new(0),
+            grad: AtomicI32::new(NO_GRAD),
         })
     }
 
@@ -341,15 +347,51 @@ impl Frame {
     }
 
     /// Records that `inner`, opened inside this frame, left the thread's stack with it while
-    /// still open (an async scope suspended with it, carried work that forgot it).
-    pub(crate) fn park(&self, inner: Arc<Frame>) {
-        self.lock().parked.push(inner);
-        self.note(PARKED);
+    /// still open (an async scope suspended with it, carried work that forgot it), for this
+    /// frame to end it if it still is when this one ends. Once this frame has closed, the
+    /// open frame it closed into takes it; with none, it ends now.
+    pub(crate) fn park(self: &Arc<Frame>, inner: &Arc<Frame>) {
+        if !inner.is_open() {
+            return;
+        }
+        let mut at = self.clone();
+        loop {
+            // Those parked before and ended since go (a long-lived async scope parks a guard
+            // at every suspension); one frame locked at a time.
+            let parked = std::mem::take(&mut at.lock().parked);
+            let mut parked: Vec<_> = parked.into_iter().filter(|f| f.is_open()).collect();
+            parked.push(inner.clone());
+            let mut state = at.lock();
+            if state.open {
+                state.parked.extend(parked);
+                at.note(PARKED);
+                return;
+            }
+            drop(state);
+            match at.open_successor() {
+                Some(next) => at = next,
+                None => {
+                    close(inner, None, &KeepAll);
+                    return;
+                }
+            }
+        }
     }
 
-    /// The frames `park`ed in it.
-    pub(crate) fn take_parked(&self) -> Vec<Arc<Frame>> {
-        std::mem::take(&mut self.lock().parked)
+    /// The frames parked in it that are still open (the list is emptied).
+    fn take_parked_open(&self) -> Vec<Arc<Frame>> {
+        let parked = std::mem::take(&mut self.lock().parked);
+        parked.into_iter().filter(|f| f.is_open()).collect()
+    }
+
+    /// Keeps the autograd mode its scope found on the thread it is placed on.
+    pub(crate) fn set_grad(&self, previous: i32) {
+        self.grad.store(previous, Ordering::Relaxed);
+    }
+
+    /// The autograd mode to give back, once.
+    pub(crate) fn take_grad(&self) -> Option<i32> {
+        Some(self.grad.swap(NO_GRAD, Ordering::Relaxed)).filter(|g| *g != NO_GRAD)
     }
 
     /// Records `flag` (`GRAPH`, `BLIND`, `PARKED`) for the frame.
@@ -589,6 +631,28 @@ pub(crate) fn record_alloc(chain: Chain, key: Key, mut entry: Entry) -> bool {
     true
 }
 
+/// Scopes opened inside `frame` that left a thread's stack with it and are still open end
+/// first, unchecked, into it, innermost first; their places go to `ended`. (The thread they
+/// ran on may be another: their autograd mode is not given back here.)
+#[cold]
+#[inline(never)]
+fn end_parked(
+    frame: &Arc<Frame>,
+    enclosing: Option<&Chain>,
+    ended: &mut Vec<&'static Location<'static>>,
+) {
+    let chain: Chain = std::iter::once(frame)
+        .chain(enclosing.into_iter().flat_map(|c| c.iter()))
+        .cloned()
+        .collect();
+    for inner in frame.take_parked_open() {
+        inner.take_grad();
+        let inner_closed = close(&inner, Some(&chain), &KeepAll);
+        ended.extend(inner_closed.ended_inside);
+        ended.extend(inner.location());
+    }
+}
+
 /// `chain` with its closed innermost frame replaced by the open chain it closed into, the
 /// frames below it that are open kept after those (once).
 #[cold]
@@ -735,6 +799,8 @@ impl Judge for KeepAll {
 /// What became of a frame.
 #[derive(Debug, Default)]
 pub(crate) struct Closed {
+    /// Where the scopes it ended first were opened (parked in it and still open).
+    pub ended_inside: Vec<&'static Location<'static>>,
     pub stats: Stats,
     /// Bytes handed on as kept, for all devices and per device.
     pub kept: Stats,
@@ -764,6 +830,9 @@ pub(crate) fn with_entry<R>(key: Key, f: impl FnOnce(&Entry) -> R) -> Option<R> 
 pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn Judge) -> Closed {
     // Filled in place: the result is large, and moving it costs more than closing a clean frame.
     let mut closed = Closed::default();
+    if frame.noted(PARKED) {
+        end_parked(frame, enclosing, &mut closed.ended_inside);
+    }
     let (keys, saw_backward) = {
         let mut state = frame.lock();
         if !state.open {

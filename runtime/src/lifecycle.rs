@@ -21,8 +21,6 @@ use crate::report::{self, DeviceReport, Escape, Held, HeldBy, ScopeReport, Untra
 use crate::tensors::StorageSet;
 use crate::thread::{self, Token};
 use crate::{ffi, grad, policy, sites, Error};
-use std::ffi::c_int;
-use std::panic::Location;
 use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
@@ -32,8 +30,6 @@ static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
 #[derive(Debug)]
 struct Placed {
     token: Token,
-    /// The thread's autograd mode before the scope turned it off.
-    grad: Option<c_int>,
 }
 
 /// An open scope. Dropping it without [`close`](OpenScope::close) ends it unchecked.
@@ -76,16 +72,17 @@ impl OpenScope {
         let operators = sites::attributed(self.opts.location);
         let token = thread::push(self.frame.clone(), owned, operators)?;
         self.attributed &= thread::attributing();
-        let at = self.opts.location;
-        let grad = (!self.opts.keep_grad_mode).then(|| grad::off(at));
-        self.placed = Some(Placed { token, grad });
+        if !self.opts.keep_grad_mode {
+            self.frame.set_grad(grad::off(self.opts.location));
+        }
+        self.placed = Some(Placed { token });
         Ok(())
     }
 
     /// Takes the scope off its thread without ending it (an async scope between polls).
     pub(crate) fn suspend(&mut self) {
         if let Some(placed) = self.placed.take() {
-            if let Some(previous) = placed.grad {
+            if let Some(previous) = self.frame.take_grad() {
                 grad::restore(previous, self.opts.location);
             }
             thread::pop(placed.token);
@@ -126,13 +123,6 @@ impl OpenScope {
     /// `kept`, else everything alive is handed to the enclosing scope unchecked.
     pub(crate) fn close(&mut self, kept: &StorageSet, checked: bool) -> ScopeReport {
         self.closed = true;
-        if let Some(previous) = self.placed.as_mut().and_then(|p| p.grad.take()) {
-            // Ended by an enclosing scope already, which gave the thread back its own mode.
-            match !checked && !self.frame.is_open() {
-                true => grad::forget(self.opts.location),
-                false => grad::restore(previous, self.opts.location),
-            }
-        }
         let (above, enclosing) = match &self.placed {
             Some(p) => {
                 // Only a kept tensor's graph can hold memory: ask about graphs only then.
@@ -150,10 +140,13 @@ impl OpenScope {
         let mut ended_inside = Vec::new();
         if !above.is_empty() {
             ended_inside = above.iter().filter_map(|f| f.location()).collect();
-            close_inner(&self.frame, &above, enclosing.as_ref());
+            close_inner(&self.frame, &above, enclosing.as_ref(), &mut ended_inside);
         }
-        if self.frame.noted(ledger::PARKED) {
-            end_parked(&self.frame, enclosing.as_ref(), &mut ended_inside);
+        // Its own mode after theirs. An enclosing scope that ended it gave back its mode.
+        match self.frame.take_grad() {
+            Some(previous) => grad::restore(previous, self.opts.location),
+            None if !self.opts.keep_grad_mode => grad::forget(self.opts.location),
+            None => {}
         }
         // A checked end comes from `finish`, which found the frame open; only this scope
         // closes it.
@@ -181,6 +174,7 @@ impl OpenScope {
         let used: Vec<DeviceId> = accelerators().collect();
         let released = release::run(self.opts.release, enclosing.is_none(), &used);
         let mut report = self.report(&mut closed, kept, untracked, uninspected, released, checked);
+        ended_inside.append(&mut closed.ended_inside);
         report.ended_inside = ended_inside;
         if !report.escaped.is_empty() && !self.attributed && attribution() == Attribution::OnLeak {
             sites::leaked(self.opts.location);
@@ -310,10 +304,15 @@ impl OpenScope {
 }
 
 /// Scopes opened inside `frame` and still open end first, unchecked, into it (innermost
-/// first, each into the next).
+/// first, each into the next); where the scopes they ended in turn were opened goes to `ended`.
 #[cold]
 #[inline(never)]
-fn close_inner(frame: &Arc<Frame>, above: &[Arc<Frame>], enclosing: Option<&Chain>) {
+fn close_inner(
+    frame: &Arc<Frame>,
+    above: &[Arc<Frame>],
+    enclosing: Option<&Chain>,
+    ended: &mut Vec<&'static std::panic::Location<'static>>,
+) {
     let mut chain: Vec<Arc<Frame>> = enclosing.iter().flat_map(|c| c.iter().cloned()).collect();
     chain.insert(0, frame.clone());
     for inner in above.iter().rev() {
@@ -321,26 +320,12 @@ fn close_inner(frame: &Arc<Frame>, above: &[Arc<Frame>], enclosing: Option<&Chai
     }
     for _ in 0..above.len() {
         let inner = chain.remove(0);
-        ledger::close(&inner, Some(&Arc::from(chain.clone())), &KeepAll);
-    }
-}
-
-type Place = &'static Location<'static>;
-
-/// Scopes opened inside `frame` that left a thread's stack with it and are still open (an
-/// async scope's guard held across an `.await`, a scope forgotten in carried work) end
-/// first, unchecked, into it, innermost first; their places go to `ended`.
-#[cold]
-#[inline(never)]
-fn end_parked(frame: &Arc<Frame>, enclosing: Option<&Chain>, ended: &mut Vec<Place>) {
-    let chain: Chain = std::iter::once(frame)
-        .chain(enclosing.into_iter().flat_map(|c| c.iter()))
-        .cloned()
-        .collect();
-    for inner in frame.take_parked().iter().filter(|f| f.is_open()) {
-        end_parked(inner, Some(&chain), ended);
-        ended.extend(inner.location());
-        ledger::close(inner, Some(&chain), &KeepAll);
+        // Each gives back the autograd mode it found, as its own exit would have.
+        if let (Some(previous), Some(at)) = (inner.take_grad(), inner.location()) {
+            grad::restore(previous, at);
+        }
+        let closed = ledger::close(&inner, Some(&Arc::from(chain.clone())), &KeepAll);
+        ended.extend(closed.ended_inside);
     }
 }
 

@@ -177,7 +177,7 @@ pub(crate) fn pop(token: Token) {
         // in, for its own end.
         for pair in stack[at..].windows(2).filter(|pair| pair[1].owned) {
             pair[1].frame.lock().parked_in = Some(pair[0].chain.clone());
-            pair[0].frame.park(pair[1].frame.clone());
+            pair[0].frame.park(&pair[1].frame);
         }
         // Dropping the levels drops frames and chains only: nothing here touches this state.
         stack.truncate(at);
