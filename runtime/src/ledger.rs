@@ -653,6 +653,14 @@ fn end_parked(
     }
 }
 
+#[cold]
+fn late_parked(late: Vec<Arc<Frame>>, enclosing: Option<&Chain>) {
+    for inner in late {
+        inner.take_grad();
+        close(&inner, enclosing, &KeepAll);
+    }
+}
+
 /// `chain` with its closed innermost frame replaced by the open chain it closed into, the
 /// frames below it that are open kept after those (once).
 #[cold]
@@ -833,7 +841,7 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
     if frame.noted(PARKED) {
         end_parked(frame, enclosing, &mut closed.ended_inside);
     }
-    let (keys, saw_backward) = {
+    let (keys, saw_backward, late) = {
         let mut state = frame.lock();
         if !state.open {
             return closed;
@@ -842,8 +850,14 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
         state.closed_into = enclosing.cloned();
         open_frames(-1);
         std::mem::swap(&mut closed.stats, &mut state.stats);
-        (std::mem::take(&mut state.keys), state.saw_backward)
+        let late = std::mem::take(&mut state.parked);
+        (std::mem::take(&mut state.keys), state.saw_backward, late)
     };
+    if !late.is_empty() {
+        // Parked while `end_parked` above ran (on another thread): they end into where this
+        // frame ends.
+        late_parked(late, enclosing);
+    }
     let flags = frame.flags.load(Ordering::Relaxed) & (GRAPH | BLIND);
     if flags != 0 {
         if let Some(enclosing) = enclosing.and_then(|c| c.first()) {
