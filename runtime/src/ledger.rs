@@ -593,10 +593,8 @@ pub(crate) fn record_alloc(chain: Chain, key: Key, mut entry: Entry) -> bool {
         let mut state = frame.lock();
         if !state.open {
             if at == 0 && state.closed_into.is_some() {
-                // Work carried through a handle whose scope ended meanwhile: charged to where
-                // the scope ended, with the scopes open here.
                 drop((state, map));
-                return record_alloc(successor_chain(&chain), key, entry);
+                return record_for_successor(&chain, key, entry);
             }
             continue;
         }
@@ -661,17 +659,19 @@ fn late_parked(late: Vec<Arc<Frame>>, enclosing: Option<&Chain>) {
     }
 }
 
-/// `chain` with its closed innermost frame replaced by the open chain it closed into, the
-/// frames below it that are open kept after those (once).
+/// An allocation made through a handle whose scope ended meanwhile (work already running
+/// when it ended): charged to the open chain that scope closed into, then the frames below it
+/// that are open (once).
 #[cold]
-fn successor_chain(chain: &Chain) -> Chain {
+#[inline(never)]
+fn record_for_successor(chain: &Chain, key: Key, entry: Entry) -> bool {
     let mut frames: Vec<Arc<Frame>> = open_chain(chain).map_or_else(Vec::new, |c| c.to_vec());
     for frame in &chain[1..] {
         if frame.is_open() && !frames.iter().any(|f| Arc::ptr_eq(f, frame)) {
             frames.push(frame.clone());
         }
     }
-    Arc::from(frames)
+    record_alloc(Arc::from(frames), key, entry)
 }
 
 /// Takes an entry's bytes off the frames it is charged to, as freed or (escaped, untracked)
@@ -850,7 +850,10 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
         state.closed_into = enclosing.cloned();
         open_frames(-1);
         std::mem::swap(&mut closed.stats, &mut state.stats);
-        let late = std::mem::take(&mut state.parked);
+        let late = match state.parked.is_empty() {
+            true => Vec::new(),
+            false => std::mem::take(&mut state.parked),
+        };
         (std::mem::take(&mut state.keys), state.saw_backward, late)
     };
     if !late.is_empty() {

@@ -174,7 +174,9 @@ impl OpenScope {
         let used: Vec<DeviceId> = accelerators().collect();
         let released = release::run(self.opts.release, enclosing.is_none(), &used);
         let mut report = self.report(&mut closed, kept, untracked, uninspected, released, checked);
-        ended_inside.append(&mut closed.ended_inside);
+        if !closed.ended_inside.is_empty() {
+            ended_inside.append(&mut closed.ended_inside);
+        }
         report.ended_inside = ended_inside;
         if !report.escaped.is_empty() && !self.attributed && attribution() == Attribution::OnLeak {
             sites::leaked(self.opts.location);
