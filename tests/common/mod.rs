@@ -26,9 +26,14 @@ pub fn device() -> Device {
         // allocator's tracker (which says what each block was requested for) attaches at
         // the first allocation (tests/gpu_fresh.rs covers a first use inside a scope). On a
         // thread of its own: the first call may come from inside a scope.
-        std::thread::spawn(move || drop(Tensor::zeros([1], (Kind::Float, device))))
-            .join()
-            .unwrap();
+        // A scope's entry then attaches the tracker, which attaches only to a started
+        // allocator: without it, the first allocation a scope sees has no requested size.
+        std::thread::spawn(move || {
+            drop(Tensor::zeros([1], (Kind::Float, device)));
+            drop(gpu_scope::Scope::enter(ScopeOptions::new("warm-up")).map(|s| s.abandon()));
+        })
+        .join()
+        .unwrap();
         device
     })
 }
