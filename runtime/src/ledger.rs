@@ -358,8 +358,7 @@ impl Frame {
         loop {
             // Those parked before and ended since go (a long-lived async scope parks a guard
             // at every suspension); one frame locked at a time.
-            let parked = std::mem::take(&mut at.lock().parked);
-            let mut parked: Vec<_> = parked.into_iter().filter(|f| f.is_open()).collect();
+            let mut parked = at.take_parked_open();
             parked.push(inner.clone());
             let mut state = at.lock();
             if state.open {
