@@ -84,6 +84,32 @@ fn sparse_and_mkldnn_tensors_are_kept_by_what_they_own() {
     .unwrap();
     assert!(report.is_clean(), "{report}");
     assert!(report.kept >= 64 * 64 * 4, "{report}");
+    // A sparse tensor's `values()` keeps the sparse tensor alive, indices included.
+    let (_values, report) = scope(strict("coo-values"), || {
+        Tensor::eye(4, (Kind::Float, Device::Cpu))
+            .to_sparse_sparse_dim(2)
+            .values()
+    })
+    .unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.kept, 16 + 64, "{report}");
+    let (_values, report) = scope(strict("csr-values"), || {
+        Tensor::eye(4, (Kind::Float, Device::Cpu))
+            .to_sparse_csr(None)
+            .values()
+    })
+    .unwrap();
+    assert!(report.is_clean(), "{report}");
+    // A per-channel quantized tensor's quantizer holds its scales and zero points.
+    let (_q, report) = scope(strict("per-channel"), || {
+        let x = Tensor::ones([4, 8], (Kind::Float, Device::Cpu));
+        let scales = Tensor::ones([4], (Kind::Double, Device::Cpu));
+        let zero_points = Tensor::zeros([4], (Kind::Int64, Device::Cpu));
+        x.quantize_per_channel(&scales, &zero_points, 0, Kind::QInt8)
+    })
+    .unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.kept, 32 + 32 + 32, "{report}");
 }
 
 #[test]
@@ -155,6 +181,30 @@ fn keep_forever_leaves_every_enclosing_scope() {
         block(256),
         "still counted as work done in the scope"
     );
+    // Shown on a line of its own, in every scope it leaves, and the totals add up.
+    assert_eq!(outer.held_by(HeldBy::KeptForever), block(256), "{outer}");
+    assert!(outer.to_string().contains("kept forever"), "{outer}");
+    let row = on(&outer);
+    assert_eq!(row.allocated, row.freed + row.kept + row.held + row.escaped);
+}
+
+#[test]
+fn keep_forever_inside_a_nested_scope_shows_in_both() {
+    let _serial = common::serial();
+    let (_, outer) = scope(strict("outer"), || {
+        let (_, inner) = scope(strict("inner"), || {
+            let t = floats(8);
+            keep_forever(&t);
+            LIBRARY_CACHE.lock().unwrap().push(t);
+        })
+        .unwrap();
+        assert_eq!(inner.held_by(HeldBy::KeptForever), block(32), "{inner}");
+    })
+    .unwrap();
+    assert!(outer.is_clean(), "{outer}");
+    assert_eq!(outer.held_by(HeldBy::KeptForever), block(32), "{outer}");
+    assert_eq!(on(&outer).held, block(32), "{outer}");
+    LIBRARY_CACHE.lock().unwrap().pop();
 }
 
 #[test]

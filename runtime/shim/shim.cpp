@@ -324,6 +324,18 @@ void add_storage(const at::Tensor& t, Storages& out) {
   }
 }
 
+// What a tensor keeps alive beside its own storages.
+void add_held(const at::Tensor& t, Storages& out) {
+  // A view keeps its base alive: a sparse tensor's `values()` keeps its indices.
+  if (t.is_view() && t._base().layout() != at::kStrided) add_storage(at::Tensor(t._base()), out);
+  // A per-channel quantized tensor's quantizer holds its scales and zero points.
+  if (t.is_quantized() && (t.qscheme() == at::kPerChannelAffine ||
+                           t.qscheme() == at::kPerChannelAffineFloatQParams)) {
+    add_storage(t.q_per_channel_scales(), out);
+    add_storage(t.q_per_channel_zero_points(), out);
+  }
+}
+
 c10::DeviceType accelerator_type() {
   auto acc = at::accelerator::getAccelerator(false);
   TORCH_CHECK(acc.has_value(), "this process has no accelerator");
@@ -455,6 +467,7 @@ int gs_tensor_storages(const void* tensor, gs_storage* out, size_t cap, size_t* 
     *flags = 0;
     if (t.defined()) {
       add_storage(t, found);
+      add_held(t, found);
       if (t.grad_fn() != nullptr) *flags |= GS_TENSOR_HAS_GRAPH;
       // Only a leaf's .grad is read: on other tensors libtorch warns on stderr.
       if (t.requires_grad() && t.is_leaf()) add_storage(t.grad(), found);

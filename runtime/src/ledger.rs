@@ -17,7 +17,7 @@ use crate::device::DeviceId;
 use crate::report::HeldBy as Held;
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::hash_map;
 use std::panic::Location;
 use std::sync::atomic::{AtomicI32, AtomicIsize, AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -277,6 +277,8 @@ pub(crate) struct FrameState {
     keys: Owned,
     /// Some allocation was made during a backward pass (the check then looks for gradients).
     pub saw_backward: bool,
+    /// Blocks charged to it that `keep_forever` took out of tracking while it was open.
+    forever: Vec<(DeviceId, u64)>,
     /// The frames it was opened in, kept when its level was taken off the thread's stack by
     /// the scope below it (an async scope suspended with this one still open in it): where
     /// its live allocations go when it ends off the stack.
@@ -305,11 +307,26 @@ impl Frame {
         Frame::open_at(None)
     }
 
-    /// A new open frame for a scope opened at `location`.
+    /// A new open frame for a scope opened at `location`: a spare one of this thread's if it
+    /// has one (see [`Frame::recycle`]).
     pub(crate) fn open_at(location: Option<&'static Location<'static>>) -> Arc<Frame> {
         open_frames(1);
+        let id = next_frame_id();
+        let spare = SPARE_FRAMES.try_with(|s| s.borrow_mut().pop());
+        if let Ok(Some(mut spare)) = spare {
+            if let Some(frame) = Arc::get_mut(&mut spare) {
+                frame.id = id;
+                frame.location = location;
+                frame
+                    .state
+                    .get_mut()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .open = true;
+                return spare;
+            }
+        }
         Arc::new(Frame {
-            id: next_frame_id(),
+            id,
             location,
             state: Mutex::new(FrameState {
                 open: true,
@@ -318,6 +335,35 @@ impl Frame {
             flags: AtomicU8::new(0),
             grad: AtomicI32::new(NO_GRAD),
         })
+    }
+
+    /// Keeps `frame` for this thread's next scope if its scope has ended and `frame` is the
+    /// only reference to it left (nothing charged to it is alive, no handle or thread holds
+    /// it): opening a scope then allocates nothing. Called with the scope's own reference,
+    /// which it clones; the spare is reset here, so it holds on to nothing.
+    pub(crate) fn recycle(frame: &mut Arc<Frame>) {
+        let Some(inner) = Arc::get_mut(frame) else {
+            return;
+        };
+        let state = inner.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        if state.open {
+            return;
+        }
+        // Its close took its counters, keys and parked frames already.
+        debug_assert!(state.keys.is_empty() && state.parked.is_empty());
+        state.stats.total = Counters::default();
+        state.stats.devices.clear();
+        state.saw_backward = false;
+        state.parked_in = None;
+        state.closed_into = None;
+        *inner.flags.get_mut() = 0;
+        *inner.grad.get_mut() = NO_GRAD;
+        let _ = SPARE_FRAMES.try_with(|s| {
+            let mut spare = s.borrow_mut();
+            if spare.len() < SPARE_FRAMES_KEPT {
+                spare.push(frame.clone());
+            }
+        });
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, FrameState> {
@@ -448,6 +494,14 @@ thread_local! {
 fn open_frames(delta: isize) {
     let slot = THREAD_IDS.try_with(|t| t.0 as usize % 16).unwrap_or(0);
     OPEN_FRAMES[slot].0.fetch_add(delta, Ordering::Relaxed);
+}
+
+/// Spare frames kept per thread (scopes nest a few deep).
+const SPARE_FRAMES_KEPT: usize = 4;
+
+thread_local! {
+    /// Frames of ended scopes that nothing else holds, reset, for the next scopes opened here.
+    static SPARE_FRAMES: RefCell<Vec<Arc<Frame>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// A process-unique frame id without a shared counter: the thread's number and its own count.
@@ -771,6 +825,13 @@ pub(crate) fn untrack(keys: impl IntoIterator<Item = Key>) {
             hash_map::Entry::Occupied(slot) => untrack_entry(slot),
             hash_map::Entry::Vacant(_) => continue,
         };
+        // Each open scope it was charged to shows it on a line of its own.
+        for frame in entry.chain.iter().flat_map(|c| c.iter()) {
+            let mut state = frame.lock();
+            if state.open {
+                state.forever.push((key.1, entry.bytes));
+            }
+        }
         release(key, entry, false);
     }
 }
@@ -849,6 +910,13 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
         state.closed_into = enclosing.cloned();
         open_frames(-1);
         std::mem::swap(&mut closed.stats, &mut state.stats);
+        if !state.forever.is_empty() {
+            let forever = std::mem::take(&mut state.forever);
+            closed.held = forever
+                .into_iter()
+                .map(|(device, bytes)| (Held::KeptForever, device, bytes))
+                .collect();
+        }
         let late = match state.parked.is_empty() {
             true => Vec::new(),
             false => std::mem::take(&mut state.parked),

@@ -385,5 +385,6 @@ impl Drop for OpenScope {
         if !self.closed && thread::alive() {
             drop(self.close(&StorageSet::new(), false));
         }
+        Frame::recycle(&mut self.frame);
     }
 }

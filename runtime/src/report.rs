@@ -83,6 +83,9 @@ pub enum HeldBy {
     /// keeps its tensors private, a `&mut` argument the returned borrow holds; named in
     /// `uninspected_kept`). An enclosing scope, if any, judges it again.
     Uninspected,
+    /// Taken out of every scope for good by [`keep_forever`](crate::keep_forever) while the
+    /// scope was open (alive then; its later free is not counted).
+    KeptForever,
 }
 
 impl fmt::Display for HeldBy {
@@ -94,6 +97,7 @@ impl fmt::Display for HeldBy {
             HeldBy::OptimizerState => "optimizer state",
             HeldBy::AutogradGraph => "autograd graph",
             HeldBy::Uninspected => "not inspected",
+            HeldBy::KeptForever => "kept forever",
         };
         f.pad(text)
     }
@@ -172,7 +176,8 @@ pub struct ScopeReport {
     pub freed: u64,
     /// Highest live bytes of the scope's own allocations (nested scopes included).
     pub peak: u64,
-    /// Bytes still alive and owned by what the scope handed back.
+    /// Bytes still alive and owned by what the scope handed back; in a report that was not
+    /// checked, every byte still alive at its end (handed to the enclosing scope unchecked).
     pub kept: u64,
     /// Bytes still alive, owned by nothing kept (blocks); what escaped from nested scopes
     /// and is still alive escaped from this one too.
@@ -183,7 +188,8 @@ pub struct ScopeReport {
     /// One entry per escaped allocation, largest first.
     pub escaped: Vec<Escape>,
     /// Memory still alive that is not an escape: library workspaces, autocast's cache,
-    /// gradients and optimizer state of tensors from outside the scope, autograd graphs.
+    /// gradients and optimizer state of tensors from outside the scope, autograd graphs,
+    /// memory given to `keep_forever`.
     pub held: Vec<Held>,
     /// Kept arguments whose type does not implement `Tensors` (seen as holding no tensors).
     pub opaque_kept: Vec<&'static str>,

@@ -80,8 +80,10 @@ pub fn keep<T: Tensors + ?Sized>(value: &T) {
 }
 
 /// Takes `value`'s storages out of every scope for good: neither this scope nor any enclosing
-/// one will check them (a library's deliberate cache; TensorFlow.js's `tf.keep`). Memory
-/// allocated after this call is tracked as usual.
+/// one will check them (a library's deliberate cache; TensorFlow.js's `tf.keep`). The reports
+/// of the scopes open around the call show their bytes as held, `kept forever`
+/// ([`HeldBy::KeptForever`](crate::HeldBy::KeptForever)). Memory allocated after this call is
+/// tracked as usual.
 pub fn keep_forever<T: Tensors + ?Sized>(value: &T) {
     ledger::untrack(storages(value).keys.iter().copied());
 }
