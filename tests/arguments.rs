@@ -569,3 +569,120 @@ fn an_owned_tensor_the_caller_shares_is_kept() {
     kept_nothing(grow_optional(Some(floats(4)), 64));
     kept_nothing(grow_optional(None, 64));
 }
+
+/// Allocates into `SINK` when dropped: a leak made by an argument's drop.
+struct Recorder;
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        SINK.lock().unwrap().push(floats(9));
+    }
+}
+
+struct Pair(u8, Recorder);
+
+#[gpu_scope(on_escape = error)]
+fn unused_owned(_rec: Recorder) -> Result<(), Error> {
+    Ok(())
+}
+
+#[gpu_scope(on_escape = error)]
+fn wild_owned(_: Recorder) -> Result<(), Error> {
+    Ok(())
+}
+
+#[gpu_scope(on_escape = error)]
+fn destructured_owned(Pair(n, _): Pair) -> Result<u8, Error> {
+    Ok(n)
+}
+
+#[test]
+fn an_owned_argument_dies_inside_the_scope_even_when_the_body_does_not_use_it() {
+    let _serial = common::serial();
+    type Call = fn() -> Result<(), Error>;
+    let calls: [(&str, Call); 3] = [
+        ("unused", || unused_owned(Recorder)),
+        ("wild", || wild_owned(Recorder)),
+        ("destructured", || {
+            destructured_owned(Pair(1, Recorder)).map(drop)
+        }),
+    ];
+    for (what, call) in calls {
+        let err = call().expect_err(what);
+        assert_eq!(err.report().unwrap().escaped_bytes, 36, "{what}: {err}");
+        assert_eq!(SINK.lock().unwrap().len(), 1, "{what}");
+        SINK.lock().unwrap().clear();
+    }
+}
+
+struct Ctx<'a> {
+    cache: &'a mut Vec<Tensor>,
+}
+
+#[gpu_scope(on_escape = panic)]
+fn with_ctx(ctx: Ctx<'_>) {
+    ctx.cache.push(floats(10));
+}
+
+#[gpu_scope(on_escape = panic)]
+fn with_pair(pair: (&Tensor, &mut Vec<Tensor>)) {
+    pair.1.push(pair.0 * 2);
+}
+
+#[test]
+fn an_owned_argument_holding_a_mut_borrow_is_named_not_inspected_not_escaped() {
+    let mut cache = Vec::new();
+    with_ctx(Ctx { cache: &mut cache });
+    let report = last_report().unwrap();
+    assert!(report.escaped.is_empty(), "{report}");
+    assert!(report.uninspected_kept[0].starts_with("`ctx`"), "{report}");
+    assert_eq!(report.held_by(HeldBy::Uninspected), 40, "{report}");
+    let x = floats(3);
+    with_pair((&x, &mut cache));
+    let report = last_report().unwrap();
+    assert!(report.escaped.is_empty(), "{report}");
+    assert!(report.uninspected_kept[0].starts_with("`pair`"), "{report}");
+    assert_eq!(cache.len(), 2);
+}
+
+struct Weights {
+    w: Tensor,
+}
+
+impl Weights {
+    /// The returned borrow is of `self` (lifetime elision): `cache` is searched.
+    #[gpu_scope(on_escape = error)]
+    fn weight(&self, cache: &mut Vec<Tensor>, leak: bool) -> Result<&Tensor, Error> {
+        cache.push(floats(2));
+        if leak {
+            SINK.lock().unwrap().push(floats(5));
+        }
+        Ok(&self.w)
+    }
+}
+
+#[gpu_scope(on_escape = error)]
+fn double_all(xs: &mut Vec<Tensor>) -> Result<(), Error> {
+    for t in xs {
+        *t = &*t * 2;
+    }
+    Ok(())
+}
+
+#[test]
+fn a_mut_argument_the_elided_return_lifetime_cannot_borrow_is_searched() {
+    let _serial = common::serial();
+    let weights = Weights { w: floats(1) };
+    let mut cache = Vec::new();
+    assert_eq!(weights.weight(&mut cache, false).unwrap().size(), [1]);
+    let report = last_report().unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert!(report.uninspected_kept.is_empty(), "{report}");
+    assert_eq!(report.kept, 8, "{report}");
+    let err = weights.weight(&mut cache, true).unwrap_err();
+    assert_eq!(err.report().unwrap().escaped_bytes, 20, "{err}");
+    SINK.lock().unwrap().clear();
+    // A body that moves a `&mut` argument (`for t in xs`) gets a reborrow of it.
+    kept(double_all(&mut cache));
+    assert_eq!(cache.len(), 2);
+}

@@ -7,7 +7,10 @@
 //!   not inspected, so that what the body stored in it is not called escaped. A shared one
 //!   (`&T`) was made before the scope: tch modules whose tensors are private to tch hold
 //!   nothing the scope made, unless reached through a cell or lock.
-//! - Owned: moved into the body (`let x = x;`), so that it dies inside the scope. An owned
+//! - Owned: moved into the body (`let x = x;`, also when the body does not use it: its drop
+//!   may allocate), so that it dies inside the scope. One whose type may hold a `&mut`
+//!   (`Ctx<'_>`, `(&T, &mut U)`) is named as not inspected: what the body stored through it
+//!   cannot be searched after the body consumed it. An owned
 //!   receiver (`self`, `self: Box<Self>`, `self: Arc<Self>`, ...) cannot be rebound under its
 //!   name: the body takes all of it instead (see `take_self`), where a closure would capture
 //!   only the fields it uses and leave the rest alive in the function until after the search.
@@ -41,16 +44,28 @@ pub(crate) struct Args {
 /// Sorts the arguments; moves `mut` from owned bindings in the signature to their rebinding,
 /// and gives a pinned receiver the `mut` its reborrow needs.
 pub(crate) fn classify(sig: &mut Signature, body: &Block) -> Args {
-    let may_borrow = match &sig.output {
-        ReturnType::Type(_, ty) => types::may_borrow(ty),
-        ReturnType::Default => false,
+    let (may_borrow, from_self_only) = match &sig.output {
+        ReturnType::Type(_, ty) => (
+            types::may_borrow(ty),
+            !types::has_impl_trait(ty) && !types::has_named_lifetime(ty),
+        ),
+        ReturnType::Default => (false, false),
     };
+    // With a `&self` or `&mut self` receiver, a return type whose lifetimes are all elided
+    // borrows from the receiver only (lifetime elision): the other arguments can be searched.
+    let by_reference = sig.inputs.iter().any(|a| match a {
+        FnArg::Receiver(r) => matches!(types::strip_parens(&r.ty), Type::Reference(_)),
+        FnArg::Typed(_) => false,
+    });
+    let self_may_borrow = may_borrow;
+    let may_borrow = may_borrow && !(by_reference && from_self_only);
     let body = body.to_token_stream();
     let mut args = Args::default();
     for arg in sig.inputs.iter_mut() {
         match arg {
             FnArg::Receiver(r) => {
                 let this = r.self_token;
+                let may_borrow = self_may_borrow;
                 match types::receiver(&r.ty) {
                     Receiver::Borrowed { mutable } if !(mutable && may_borrow) => {
                         args.roots.push((quote!(#this), !mutable))
@@ -130,8 +145,18 @@ fn typed(pat: &mut Pat, ty: &Type, may_borrow: bool, body: &TokenStream, args: &
         (Type::Reference(r), Some(name)) => {
             if r.mutability.is_some() && may_borrow {
                 args.unsearched.push(borrowed_by_return(&name));
-            } else {
-                args.roots.push((quote!(#name), r.mutability.is_none()));
+                return;
+            }
+            args.roots.push((quote!(#name), r.mutability.is_none()));
+            if r.mutability.is_some() && mentions(body.clone(), &name) {
+                // The body gets a reborrow, so that moving it there (`for t in xs`) leaves
+                // the argument to be searched after.
+                if let Pat::Ident(p) = pat {
+                    let mutability = p.mutability.take();
+                    args.rebinds.push(
+                        quote_spanned!(Span::mixed_site()=> let #mutability #name = &mut *#name;),
+                    );
+                }
             }
         }
         // `_` and `&x` (a `Copy` pointee) hold nothing the body could have stored.
@@ -145,20 +170,38 @@ fn typed(pat: &mut Pat, ty: &Type, may_borrow: bool, body: &TokenStream, args: &
             // own, destructured in the body (which reborrows through it), searched after.
             let span = Span::mixed_site();
             let name = format_ident!("{}{}", local::ARG, args.rebinds.len(), span = span);
-            let whole = Pat::Ident(syn::PatIdent {
-                attrs: Vec::new(),
-                by_ref: None,
-                mutability: None,
-                ident: name.clone(),
-                subpat: None,
-            });
-            let parts = std::mem::replace(pat, whole);
+            let parts = std::mem::replace(pat, ident_pat(name.clone()));
             args.rebinds
                 .push(quote_spanned!(span=> let #parts = #name;));
             args.roots.push((quote!(#name), r.mutability.is_none()));
         }
         (_, name) => {
-            args.owned.extend(name.map(|name| quote!(#name)));
+            if types::may_hold_mut(ty) {
+                let what = pat.to_token_stream().to_string();
+                args.unsearched.push(format!(
+                    "`{what}` (an owned argument that may hold a `&mut` to the caller's data)"
+                ));
+            }
+            let name = match name {
+                Some(name) => name,
+                // `_`, or destructured in the signature (`Pair(a, _): Pair`): bound whole under
+                // a name of its own, moved into the body and destructured there, so that all
+                // of it (the parts no binding takes too) dies inside the scope.
+                None => {
+                    let span = Span::mixed_site();
+                    let whole = format_ident!("{}{}", local::ARG, args.rebinds.len(), span = span);
+                    let parts = std::mem::replace(pat, ident_pat(whole.clone()));
+                    args.rebinds
+                        .push(quote_spanned!(span=> let #whole = #whole;));
+                    if !matches!(parts, Pat::Wild(_)) {
+                        args.rebinds
+                            .push(quote_spanned!(span=> let #parts = #whole;));
+                    }
+                    args.owned.push(quote!(#whole));
+                    return;
+                }
+            };
+            args.owned.push(quote!(#name));
             Rebind {
                 body,
                 rebinds: &mut args.rebinds,
@@ -166,6 +209,16 @@ fn typed(pat: &mut Pat, ty: &Type, may_borrow: bool, body: &TokenStream, args: &
             .visit_pat_mut(pat);
         }
     }
+}
+
+fn ident_pat(ident: Ident) -> Pat {
+    Pat::Ident(syn::PatIdent {
+        attrs: Vec::new(),
+        by_ref: None,
+        mutability: None,
+        ident,
+        subpat: None,
+    })
 }
 
 /// Makes the closure or async block of the body take an owned receiver whole, so that it dies
@@ -187,10 +240,10 @@ pub(crate) fn take_self(this: Token![self]) -> TokenStream {
     }
 }
 
-/// Collects `let [mut] x = x;` for each by-value binding of a pattern that the body mentions,
-/// taking the `mut` off the pattern: the binding in the body is the one that is mutated. A
-/// binding the body does not mention holds only what the caller gave, and is left alone, so
-/// that rustc's unused-variable lint still sees it as the user wrote it.
+/// Collects `let [mut] x = x;` for each by-value binding of an owned argument's pattern,
+/// taking the `mut` off the pattern: the binding in the body is the one that is mutated. One
+/// the body does not mention moves in under a generated name (its drop may allocate, and runs
+/// inside the scope; the options may use it before).
 struct Rebind<'a> {
     body: &'a TokenStream,
     rebinds: &'a mut Vec<TokenStream>,
@@ -198,11 +251,17 @@ struct Rebind<'a> {
 
 impl VisitMut for Rebind<'_> {
     fn visit_pat_ident_mut(&mut self, p: &mut syn::PatIdent) {
-        if p.by_ref.is_none() && mentions(self.body.clone(), &p.ident) {
-            let mutability = p.mutability.take();
+        if p.by_ref.is_none() {
+            let span = Span::mixed_site();
             let ident = &p.ident;
-            self.rebinds
-                .push(quote_spanned!(Span::mixed_site()=> let #mutability #ident = #ident;));
+            let rebind = if mentions(self.body.clone(), ident) {
+                let mutability = p.mutability.take();
+                quote_spanned!(span=> let #mutability #ident = #ident;)
+            } else {
+                let moved = format_ident!("{}{}", local::ARG, self.rebinds.len(), span = span);
+                quote_spanned!(span=> let #moved = #ident;)
+            };
+            self.rebinds.push(rebind);
         }
         syn::visit_mut::visit_pat_ident_mut(self, p);
     }

@@ -30,8 +30,10 @@ fn parse_item(item: TokenStream) -> syn::Result<ItemFn> {
     Err(match syn::parse2::<TraitItemFn>(item.clone()) {
         Ok(decl) if decl.default.is_none() => syn::Error::new_spanned(
             &decl.sig,
-            "#[gpu_scope] scopes a body, and this trait method declaration has none; put the \
-             attribute on the method in the `impl` of the trait (or on a default body here)",
+            "#[gpu_scope] scopes a body, and this function declaration has none (a trait \
+             method's declaration, or a function of an `extern` block); on a trait method, \
+             put the attribute on the method in the `impl` of the trait (or on a default \
+             body here)",
         ),
         _ => syn::Error::new_spanned(
             item.into_iter().take(3).collect::<TokenStream>(),

@@ -75,6 +75,51 @@ pub(crate) fn may_borrow(ty: &Type) -> bool {
     f.0
 }
 
+/// Whether a lifetime other than `'_` and `'static` occurs in `ty`.
+pub(crate) fn has_named_lifetime(ty: &Type) -> bool {
+    struct Finder(bool);
+    impl Visit<'_> for Finder {
+        fn visit_lifetime(&mut self, l: &syn::Lifetime) {
+            if l.ident != "_" && !is_static(l) {
+                self.0 = true;
+            }
+        }
+    }
+    let mut f = Finder(false);
+    f.visit_type(ty);
+    f.0
+}
+
+/// Whether an owned value of this type may hold a `&mut` borrow of the caller's data: a
+/// `&mut` in it, or a lifetime of a type it names (`Ctx<'_>`, whose fields are not seen).
+pub(crate) fn may_hold_mut(ty: &Type) -> bool {
+    struct Finder(bool);
+    impl Visit<'_> for Finder {
+        fn visit_type_reference(&mut self, r: &TypeReference) {
+            if r.mutability.is_some() {
+                self.0 = true;
+            }
+            // A shared reference's own lifetime lets nothing be stored through it.
+            self.visit_type(&r.elem);
+        }
+        fn visit_lifetime(&mut self, l: &syn::Lifetime) {
+            if !is_static(l) {
+                self.0 = true;
+            }
+        }
+        // A function's own parameters (`impl FnMut(&mut Tensor)`) are not held.
+        fn visit_type_bare_fn(&mut self, _: &syn::TypeBareFn) {}
+        fn visit_parenthesized_generic_arguments(
+            &mut self,
+            _: &syn::ParenthesizedGenericArguments,
+        ) {
+        }
+    }
+    let mut f = Finder(false);
+    f.visit_type(ty);
+    f.0
+}
+
 /// The reference in `Option<&T>` or `Option<&mut T>`, as the user wrote it.
 pub(crate) fn option_of_reference(ty: &Type) -> Option<&TypeReference> {
     let Type::Path(p) = strip_parens(ty) else {
@@ -132,6 +177,26 @@ pub(crate) fn receiver(ty: &Type) -> Receiver {
         }
         _ => Receiver::Owned,
     }
+}
+
+/// Whether `ty` is, or holds, a future: `impl Future`, `dyn Future` (`Pin<Box<dyn Future>>`),
+/// `BoxFuture` or `LocalBoxFuture`.
+pub(crate) fn is_future(ty: &Type) -> bool {
+    struct Finder(bool);
+    impl Visit<'_> for Finder {
+        fn visit_path_segment(&mut self, s: &syn::PathSegment) {
+            if ["Future", "IntoFuture", "BoxFuture", "LocalBoxFuture"]
+                .iter()
+                .any(|name| s.ident == name)
+            {
+                self.0 = true;
+            }
+            syn::visit::visit_path_segment(self, s);
+        }
+    }
+    let mut f = Finder(false);
+    f.visit_type(ty);
+    f.0
 }
 
 #[cfg(test)]

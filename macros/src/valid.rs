@@ -34,6 +34,16 @@ pub(crate) fn validate_fn(scoped: &ScopedFn) -> syn::Result<()> {
              remove `const` or the attribute",
         );
     }
+    if let (None, ReturnType::Type(_, ty)) = (&sig.asyncness, &sig.output) {
+        if types::is_future(ty) {
+            errors.push_spanned(
+                ty,
+                "#[gpu_scope] on a function that returns a future would scope only the call \
+                 that makes the future, not the work done when it is awaited; write it as an \
+                 `async fn`, whose scope covers the whole future",
+            );
+        }
+    }
     match options.policy() {
         Some(Policy::Panic) if is_extern(sig) => errors.push_spanned(
             &sig.abi,
@@ -53,11 +63,14 @@ pub(crate) fn validate_block(scoped: &ScopedBlock) -> syn::Result<()> {
     errors.finish()
 }
 
-/// Whether the function has a foreign ABI, through which a panic must not unwind.
+/// Whether the function has a foreign ABI through which a panic must not unwind.
 pub(crate) fn is_extern(sig: &Signature) -> bool {
-    sig.abi
-        .as_ref()
-        .is_some_and(|abi| abi.name.as_ref().is_none_or(|n| n.value() != "Rust"))
+    sig.abi.as_ref().is_some_and(|abi| {
+        // `extern "C-unwind"` (and the other `-unwind` ABIs) lets a panic unwind.
+        abi.name
+            .as_ref()
+            .is_none_or(|n| n.value() != "Rust" && !n.value().ends_with("-unwind"))
+    })
 }
 
 fn validate_options(options: &Options, errors: &mut Errors) {
@@ -144,6 +157,41 @@ impl Visit<'_> for AwaitFinder<'_> {
     fn visit_expr_async(&mut self, _: &syn::ExprAsync) {}
     fn visit_expr_closure(&mut self, _: &syn::ExprClosure) {}
     fn visit_item(&mut self, _: &syn::Item) {}
+    /// A macro's input is tokens (`vec![x.await]`, `tokio::join!(..)`): looked at as tokens.
+    fn visit_macro(&mut self, m: &syn::Macro) {
+        if let Some(at) = await_in_tokens(m.tokens.clone()) {
+            self.0.push(
+                at,
+                "`.await` inside `scope!` cannot be tracked (here inside a macro's input): a \
+                 block scope lives on one thread between two polls; put `#[gpu_scope]` on an \
+                 `async fn` instead",
+            );
+        }
+    }
+}
+
+/// Where `.await` occurs in `tokens`, outside the `async` blocks among them.
+fn await_in_tokens(tokens: proc_macro2::TokenStream) -> Option<proc_macro2::Span> {
+    use proc_macro2::{Delimiter, TokenTree};
+    let (mut dot, mut after_async) = (false, false);
+    for tt in tokens {
+        match &tt {
+            TokenTree::Ident(i) if dot && i == "await" => return Some(i.span()),
+            TokenTree::Group(g) if after_async && g.delimiter() == Delimiter::Brace => {}
+            TokenTree::Group(g) => {
+                if let Some(at) = await_in_tokens(g.stream()) {
+                    return Some(at);
+                }
+            }
+            _ => {}
+        }
+        dot = matches!(&tt, TokenTree::Punct(p) if p.as_char() == '.');
+        after_async = match &tt {
+            TokenTree::Ident(i) => i == "async" || (after_async && i == "move"),
+            _ => false,
+        };
+    }
+    None
 }
 
 /// Errors gathered in one pass, reported together.

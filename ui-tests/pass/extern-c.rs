@@ -1,4 +1,5 @@
-// `extern "C"` functions: any policy but `panic` (the default turns into a warning there).
+// `extern "C"` functions: any policy but `panic` (the default turns into a warning there);
+// `extern "C-unwind"` ones: any policy.
 use gpu_scope::gpu_scope;
 
 #[gpu_scope(on_escape = warn)]
@@ -11,6 +12,12 @@ extern "C" fn default_policy() -> u32 {
     2
 }
 
+// A panic unwinds through `extern "C-unwind"`.
+#[gpu_scope(on_escape = panic)]
+extern "C-unwind" fn unwinds() -> u32 {
+    3
+}
+
 fn main() {
-    assert_eq!(warn_policy(1) + default_policy(), 4);
+    assert_eq!(warn_policy(1) + default_policy() + unwinds(), 7);
 }
