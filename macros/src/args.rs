@@ -84,6 +84,9 @@ pub(crate) fn classify(sig: &mut Signature, body: &Block) -> Args {
                     }
                 }
             }
+            // An argument under `#[cfg]` may not exist: nothing generated may name it (it is
+            // neither searched nor moved in).
+            FnArg::Typed(pt) if pt.attrs.iter().any(|a| a.path().is_ident("cfg")) => {}
             FnArg::Typed(pt) => typed(&mut pt.pat, &pt.ty, may_borrow, &body, &mut args),
         }
     }

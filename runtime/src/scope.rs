@@ -26,7 +26,8 @@ impl Scope {
         })
     }
 
-    /// Marks a value as kept: its storages may outlive this scope (into the enclosing one).
+    /// Marks a value as kept: the storages it has now may outlive this scope (into the
+    /// enclosing one).
     pub fn keep<T: Tensors + ?Sized>(&self, value: &T) {
         self.open.frame().mark(storages(value).keys.iter().copied());
     }
@@ -71,7 +72,9 @@ pub fn scope<R: Tensors>(
 }
 
 /// Lets `value` outlive the innermost scope of this thread on purpose: it is handed to the
-/// enclosing scope, which checks it in turn. Outside scopes it does nothing. See
+/// enclosing scope, which checks it in turn. What it keeps are the storages `value` has at the
+/// call (a tensor resized or a container grown afterwards has storages it does not cover: keep
+/// it after the last change, or hand it back). Outside scopes it does nothing. See
 /// [`keep_forever`] for memory that should leave every scope.
 pub fn keep<T: Tensors + ?Sized>(value: &T) {
     if let Some(frame) = thread::innermost() {
