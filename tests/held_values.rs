@@ -195,7 +195,7 @@ fn keep_forever_inside_a_nested_scope_shows_in_both() {
         let (_, inner) = scope(strict("inner"), || {
             let t = floats(8);
             keep_forever(&t);
-            LIBRARY_CACHE.lock().unwrap().push(t);
+            FOREVER.lock().unwrap().push(t);
         })
         .unwrap();
         assert_eq!(inner.held_by(HeldBy::KeptForever), block(32), "{inner}");
@@ -204,8 +204,9 @@ fn keep_forever_inside_a_nested_scope_shows_in_both() {
     assert!(outer.is_clean(), "{outer}");
     assert_eq!(outer.held_by(HeldBy::KeptForever), block(32), "{outer}");
     assert_eq!(on(&outer).held, block(32), "{outer}");
-    LIBRARY_CACHE.lock().unwrap().pop();
 }
+
+static FOREVER: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
 
 #[test]
 fn keep_hands_a_value_to_the_enclosing_scope_only() {

@@ -8,9 +8,9 @@
 //!   (`&T`) was made before the scope: tch modules whose tensors are private to tch hold
 //!   nothing the scope made, unless reached through a cell or lock.
 //! - Owned: moved into the body (`let x = x;`, also when the body does not use it: its drop
-//!   may allocate), so that it dies inside the scope. One whose type may hold a `&mut`
-//!   (`Ctx<'_>`, `(&T, &mut U)`) is named as not inspected: what the body stored through it
-//!   cannot be searched after the body consumed it. An owned
+//!   may allocate), so that it dies inside the scope. One whose type has a `&mut` in it
+//!   (`(&T, &mut U)`) is named as not inspected: what the body stored through it cannot be
+//!   searched after the body consumed it. An owned
 //!   receiver (`self`, `self: Box<Self>`, `self: Arc<Self>`, ...) cannot be rebound under its
 //!   name: the body takes all of it instead (see `take_self`), where a closure would capture
 //!   only the fields it uses and leave the rest alive in the function until after the search.
@@ -156,9 +156,11 @@ fn typed(pat: &mut Pat, ty: &Type, may_borrow: bool, body: &TokenStream, args: &
                 // the argument to be searched after.
                 if let Pat::Ident(p) = pat {
                     let mutability = p.mutability.take();
-                    args.rebinds.push(
-                        quote_spanned!(Span::mixed_site()=> let #mutability #name = &mut *#name;),
-                    );
+                    // The body may mention the name only as something else (`p.xs`).
+                    args.rebinds.push(quote_spanned! {Span::mixed_site()=>
+                        #[allow(unused_variables, unused_mut)]
+                        let #mutability #name = &mut *#name;
+                    });
                 }
             }
         }
@@ -181,9 +183,8 @@ fn typed(pat: &mut Pat, ty: &Type, may_borrow: bool, body: &TokenStream, args: &
         (_, name) => {
             if types::may_hold_mut(ty) {
                 let what = pat.to_token_stream().to_string();
-                args.unsearched.push(format!(
-                    "`{what}` (an owned argument that may hold a `&mut` to the caller's data)"
-                ));
+                args.unsearched
+                    .push(format!("`{what}` (an owned argument with a `&mut` in it)"));
             }
             let name = match name {
                 Some(name) => name,

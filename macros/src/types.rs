@@ -90,22 +90,16 @@ pub(crate) fn has_named_lifetime(ty: &Type) -> bool {
     f.0
 }
 
-/// Whether an owned value of this type may hold a `&mut` borrow of the caller's data: a
-/// `&mut` in it, or a lifetime of a type it names (`Ctx<'_>`, whose fields are not seen).
+/// Whether an owned value of this type holds a `&mut` borrow of the caller's data: a `&mut`
+/// written in it (`(&Tensor, &mut Vec<Tensor>)`). One hidden in a type it names (`Ctx<'_>`) is
+/// not seen: a lifetime alone says nothing of mutability (`Cow<'_, str>`, `nn::Path<'_>`), and
+/// taking every such argument as unsearchable would hide the leaks beside it.
 pub(crate) fn may_hold_mut(ty: &Type) -> bool {
     struct Finder(bool);
     impl Visit<'_> for Finder {
         fn visit_type_reference(&mut self, r: &TypeReference) {
-            if r.mutability.is_some() {
-                self.0 = true;
-            }
-            // A shared reference's own lifetime lets nothing be stored through it.
-            self.visit_type(&r.elem);
-        }
-        fn visit_lifetime(&mut self, l: &syn::Lifetime) {
-            if !is_static(l) {
-                self.0 = true;
-            }
+            self.0 |= r.mutability.is_some();
+            syn::visit::visit_type_reference(self, r);
         }
         // A function's own parameters (`impl FnMut(&mut Tensor)`) are not held.
         fn visit_type_bare_fn(&mut self, _: &syn::TypeBareFn) {}

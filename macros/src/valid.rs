@@ -170,14 +170,15 @@ impl Visit<'_> for AwaitFinder<'_> {
     }
 }
 
-/// Where `.await` occurs in `tokens`, outside the `async` blocks among them.
+/// Where `.await` occurs in `tokens`, before any `async` block or closure or item among them
+/// (tokens have no structure: what follows one of those is not looked at).
 fn await_in_tokens(tokens: proc_macro2::TokenStream) -> Option<proc_macro2::Span> {
-    use proc_macro2::{Delimiter, TokenTree};
-    let (mut dot, mut after_async) = (false, false);
+    use proc_macro2::TokenTree;
+    let mut dot = false;
     for tt in tokens {
         match &tt {
             TokenTree::Ident(i) if dot && i == "await" => return Some(i.span()),
-            TokenTree::Group(g) if after_async && g.delimiter() == Delimiter::Brace => {}
+            TokenTree::Ident(i) if i == "async" || i == "fn" || i == "impl" => return None,
             TokenTree::Group(g) => {
                 if let Some(at) = await_in_tokens(g.stream()) {
                     return Some(at);
@@ -186,10 +187,6 @@ fn await_in_tokens(tokens: proc_macro2::TokenStream) -> Option<proc_macro2::Span
             _ => {}
         }
         dot = matches!(&tt, TokenTree::Punct(p) if p.as_char() == '.');
-        after_async = match &tt {
-            TokenTree::Ident(i) => i == "async" || (after_async && i == "move"),
-            _ => false,
-        };
     }
     None
 }

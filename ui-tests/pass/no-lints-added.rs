@@ -81,7 +81,18 @@ fn breaks_out() -> Tensor {
     }
 }
 
+pub struct Point {
+    pub x: i64,
+}
+
+/// `x` named only as a field: the reborrow of the `&mut` argument `x` is not its own warning.
+#[gpu_scope]
+fn field_only(p: &Point, x: &mut Vec<Tensor>) -> i64 {
+    p.x
+}
+
 fn main() {
+    assert_eq!(field_only(&Point { x: 1 }, &mut vec![]), 1);
     assert_eq!((returns_early(), returns_early_or_fails().unwrap()), (3, 4));
     let _ = breaks_out();
     let t = Tensor::from(1.0);
