@@ -144,7 +144,8 @@ pub struct DeviceReport {
     pub kept: u64,
     /// Bytes alive and owned by nothing kept.
     pub escaped: u64,
-    /// Bytes alive and held on purpose (see [`ScopeReport::held`]).
+    /// Bytes held on purpose (see [`ScopeReport::held`]): alive at the end, but for those given
+    /// to `keep_forever`, alive when given (their later free is not seen).
     pub held: u64,
     /// Bytes the caching allocator gave back to this device on exit.
     pub cache_released: u64,
