@@ -140,7 +140,22 @@ impl Options {
             let key = input.parse::<kw::max_peak>()?.span;
             set(&mut self.max_peak, key, "max_peak", || {
                 equals(input, "max_peak = \"1.5 GiB\"")?;
-                Ok(match input.parse::<Expr>()? {
+                let value = input.parse::<Expr>()?;
+                // `max_peak = 1 KiB`: a unit after a number.
+                const UNITS: [&str; 10] = [
+                    "B", "KiB", "MiB", "GiB", "TiB", "kB", "KB", "MB", "GB", "TB",
+                ];
+                let unit = input.fork().parse::<syn::Ident>().ok();
+                if let Some(unit) = unit.filter(|u| UNITS.iter().any(|n| u == n)) {
+                    let text = quote::ToTokens::to_token_stream(&value);
+                    return Err(syn::Error::new(
+                        unit.span(),
+                        format!(
+                            "a size with a unit is a string: write `max_peak = \"{text} {unit}\"`"
+                        ),
+                    ));
+                }
+                Ok(match value {
                     Expr::Lit(syn::ExprLit {
                         lit: syn::Lit::Str(lit),
                         ..
