@@ -1,6 +1,6 @@
 //! The options of `#[gpu_scope(...)]` and `scope!(..., { ... })`, parsed into typed values: the
 //! same words in both forms. Which option suits which form is for `valid.rs` to say.
-use crate::size::parse_size;
+use crate::size::{parse_size, unit_scale};
 use proc_macro2::Span;
 use syn::parse::ParseStream;
 use syn::punctuated::Punctuated;
@@ -142,11 +142,8 @@ impl Options {
                 equals(input, "max_peak = \"1.5 GiB\"")?;
                 let value = input.parse::<Expr>()?;
                 // `max_peak = 1 KiB`: a unit after a number.
-                const UNITS: [&str; 10] = [
-                    "B", "KiB", "MiB", "GiB", "TiB", "kB", "KB", "MB", "GB", "TB",
-                ];
                 let unit = input.fork().parse::<syn::Ident>().ok();
-                if let Some(unit) = unit.filter(|u| UNITS.iter().any(|n| u == n)) {
+                if let Some(unit) = unit.filter(|u| unit_scale(&u.to_string()).is_some()) {
                     let text = quote::ToTokens::to_token_stream(&value);
                     return Err(syn::Error::new(
                         unit.span(),

@@ -15,17 +15,10 @@ pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
     let value: f64 = number
         .parse()
         .map_err(|_| format!("`{text}` does not start with a number"))?;
-    let scale: u64 = match unit.trim() {
-        "" | "B" => 1,
-        "KiB" => 1 << 10,
-        "MiB" => 1 << 20,
-        "GiB" => 1 << 30,
-        "TiB" => 1 << 40,
-        "KB" | "kB" => 1_000,
-        "MB" => 1_000_000,
-        "GB" => 1_000_000_000,
-        "TB" => 1_000_000_000_000,
-        other => return Err(format!("unknown unit `{other}`")),
+    let unit = unit.trim();
+    let scale = match unit {
+        "" => 1,
+        unit => unit_scale(unit).ok_or_else(|| format!("unknown unit `{unit}`"))?,
     };
     let bytes = value * scale as f64;
     if scale == 1 && bytes.fract() != 0.0 {
@@ -35,6 +28,22 @@ pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
         return Err(format!("`{text}` is too large"));
     }
     Ok(bytes.round() as u64)
+}
+
+/// The bytes in one `unit` (`B`, `KiB` to `TiB`, `kB` or `KB` to `TB`).
+pub(crate) fn unit_scale(unit: &str) -> Option<u64> {
+    Some(match unit {
+        "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "TiB" => 1 << 40,
+        "KB" | "kB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        "TB" => 1_000_000_000_000,
+        _ => return None,
+    })
 }
 
 #[cfg(test)]
