@@ -19,7 +19,7 @@
 use crate::local;
 use crate::types::{self, Receiver};
 use proc_macro2::{Ident, Span, TokenStream, TokenTree};
-use quote::{format_ident, quote, quote_spanned, ToTokens};
+use quote::{quote, quote_spanned, ToTokens};
 use syn::visit_mut::VisitMut;
 use syn::{Block, FnArg, Pat, ReturnType, Signature, Token, Type};
 
@@ -174,7 +174,7 @@ fn typed(pat: &mut Pat, ty: &Type, may_borrow: bool, body: &TokenStream, args: &
             // Destructured in the signature (`Wrap(v): &mut Wrap`): bound under a name of its
             // own, destructured in the body (which reborrows through it), searched after.
             let span = Span::mixed_site();
-            let name = format_ident!("{}{}", local::ARG, args.rebinds.len(), span = span);
+            let name = local::arg(args.rebinds.len());
             let parts = std::mem::replace(pat, ident_pat(name.clone()));
             args.rebinds
                 .push(quote_spanned!(span=> let #parts = #name;));
@@ -193,7 +193,7 @@ fn typed(pat: &mut Pat, ty: &Type, may_borrow: bool, body: &TokenStream, args: &
                 // of it (the parts no binding takes too) dies inside the scope.
                 None => {
                     let span = Span::mixed_site();
-                    let whole = format_ident!("{}{}", local::ARG, args.rebinds.len(), span = span);
+                    let whole = local::arg(args.rebinds.len());
                     let parts = std::mem::replace(pat, ident_pat(whole.clone()));
                     args.rebinds
                         .push(quote_spanned!(span=> let #whole = #whole;));
@@ -262,7 +262,7 @@ impl VisitMut for Rebind<'_> {
                 let mutability = p.mutability.take();
                 quote_spanned!(span=> let #mutability #ident = #ident;)
             } else {
-                let moved = format_ident!("{}{}", local::ARG, self.rebinds.len(), span = span);
+                let moved = local::arg(self.rebinds.len());
                 quote_spanned!(span=> let #moved = #ident;)
             };
             self.rebinds.push(rebind);

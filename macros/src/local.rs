@@ -22,3 +22,9 @@ pub(crate) fn at(at: Span) -> Span {
 pub(crate) fn local(name: &str, at: Span) -> Ident {
     Ident::new(name, self::at(at))
 }
+
+/// The `n`th generated argument binding (`__gpu_scope_argN`): an argument bound whole under a
+/// name of its own, or moved into the body under one.
+pub(crate) fn arg(n: usize) -> Ident {
+    quote::format_ident!("{}{}", ARG, n, span = Span::mixed_site())
+}
