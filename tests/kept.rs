@@ -335,3 +335,26 @@ fn temporaries_made_while_searching_are_each_searched() {
     let expected: u64 = [4, 8, 12, 16].into_iter().map(block).sum();
     assert_eq!(on(&report).kept, expected, "{report}");
 }
+
+/// A kept set counts each storage once, whether it holds a few keys (kept in place) or more
+/// (a hash set), and a scope judges by it on both sides of that line.
+#[test]
+fn kept_set_counts_each_storage_once() {
+    use gpu_scope::StorageSet;
+    for n in [1, 4, 5, 9] {
+        let (kept, report) = clean(scope(strict("set"), || {
+            let tensors: Vec<Tensor> = (1..=n).map(floats).collect();
+            let mut set = StorageSet::new();
+            for t in &tensors {
+                set.add(t);
+                set.add(&t.shallow_clone());
+                set.add(&t.narrow(0, 0, 1));
+            }
+            assert_eq!(set.len(), n as usize, "{n} tensors");
+            tensors
+        }));
+        let expected: u64 = (1..=n).map(|i| block(4 * i as u64)).sum();
+        assert_eq!(on(&report).kept, expected, "{n} tensors");
+        drop(kept);
+    }
+}

@@ -171,7 +171,7 @@ impl OpenScope {
                 .filter(|d| !d.is_cpu())
         };
         // Unchecked ends too (a panic, an early return): the cache is released all the same.
-        let used: Vec<DeviceId> = accelerators().collect();
+        let used: smallvec::SmallVec<[DeviceId; 2]> = accelerators().collect();
         let released = release::run(self.opts.release, enclosing.is_none(), &used);
         let mut report = self.report(&mut closed, kept, untracked, uninspected, released, checked);
         if !closed.ended_inside.is_empty() {

@@ -17,7 +17,7 @@ const LOCK_WAIT: Duration = Duration::from_millis(50);
 /// The storages found in kept values, plus what the search could not see into.
 #[derive(Debug, Default)]
 pub struct StorageSet {
-    pub(crate) keys: rustc_hash::FxHashSet<Key>,
+    pub(crate) keys: Keys,
     /// A kept tensor has an autograd graph whose saved tensors cannot be listed.
     pub(crate) autograd_graph: bool,
     /// Type names of kept arguments that do not implement [`Tensors`].
@@ -46,7 +46,54 @@ pub struct StorageSet {
 
 impl Drop for StorageSet {
     fn drop(&mut self) {
-        crate::ledger::spare::give(std::mem::take(&mut self.keys));
+        crate::ledger::spare::give(std::mem::take(&mut self.keys.many));
+    }
+}
+
+/// The storage keys found. A scope usually hands back a few tensors: up to `FEW` keys are
+/// kept in place and searched in order, with no hashing and no buffer; more go to a hash set
+/// (a spare one of this thread's, see `ledger::spare`).
+#[derive(Debug, Default)]
+pub(crate) struct Keys {
+    few: smallvec::SmallVec<[Key; Keys::FEW]>,
+    many: rustc_hash::FxHashSet<Key>,
+}
+
+impl Keys {
+    const FEW: usize = 4;
+
+    pub(crate) fn insert(&mut self, key: Key) {
+        if !self.many.is_empty() {
+            self.many.insert(key);
+        } else if !self.few.contains(&key) {
+            if self.few.len() < Self::FEW {
+                self.few.push(key);
+            } else {
+                self.spill(key);
+            }
+        }
+    }
+
+    #[cold]
+    fn spill(&mut self, key: Key) {
+        crate::ledger::spare::refill(&mut self.many);
+        self.many.extend(self.few.drain(..));
+        self.many.insert(key);
+    }
+
+    pub(crate) fn contains(&self, key: &Key) -> bool {
+        match self.many.is_empty() {
+            true => self.few.contains(key),
+            false => self.many.contains(key),
+        }
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Key> + '_ {
+        self.few.iter().chain(self.many.iter())
+    }
+
+    fn len(&self) -> usize {
+        self.few.len() + self.many.len()
     }
 }
 
@@ -100,11 +147,8 @@ impl StorageSet {
         } else {
             &more[..n.min(more.len())]
         };
-        // A set a closed frame or an earlier exit gave back: collecting what a scope hands
-        // back allocates nothing in the steady state.
         let key = |s: &ffi::Storage| (s.ptr as usize, DeviceId::from_raw(s.dev_type, s.dev_index));
-        crate::ledger::spare::refill(&mut self.keys);
-        self.keys.extend(storages.iter().map(key));
+        storages.iter().for_each(|s| self.keys.insert(key(s)));
         if flags & ffi::TENSOR_HAS_GRAPH != 0 {
             self.autograd_graph = true;
         }
@@ -149,7 +193,7 @@ impl StorageSet {
 
     /// Whether no storage was found.
     pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
+        self.keys.len() == 0
     }
 
     /// The kept values that could not be looked into, for a scope that made `made_here` (see
