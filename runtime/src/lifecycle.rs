@@ -68,6 +68,7 @@ impl OpenScope {
         &self.frame
     }
 
+    #[inline]
     fn place(&mut self, owned: bool) -> Result<(), Error> {
         let operators = sites::attributed(self.opts.location);
         let token = thread::push(self.frame.clone(), owned, operators)?;

@@ -20,6 +20,7 @@ pub(crate) struct Owner {
 impl Owner {
     /// The frames on the owning thread's stack, innermost first: what an allocation made for
     /// that thread is charged to. Without a lock on the owning thread itself.
+    #[inline]
     pub(crate) fn current(&self) -> Option<Chain> {
         let own = THREAD.try_with(|t| {
             if !std::ptr::eq(Arc::as_ptr(&t.owner), self) {
