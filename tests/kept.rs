@@ -358,3 +358,40 @@ fn kept_set_counts_each_storage_once() {
         drop(kept);
     }
 }
+
+/// `Scope::keep` on an enclosing scope covers what a scope inside it made: the mark of the
+/// scope further out stands, whichever was set first, and covers the scopes in between.
+#[test]
+fn kept_by_an_enclosing_scope_from_inside_a_nested_one() {
+    for outer_first in [false, true] {
+        let mut global = Vec::new();
+        let outer = Scope::enter(strict("outer")).unwrap();
+        let inner = Scope::enter(strict("inner")).unwrap();
+        let t = floats(10);
+        if outer_first {
+            outer.keep(&t);
+            inner.keep(&t);
+        } else {
+            inner.keep(&t);
+            outer.keep(&t);
+        }
+        global.push(t.shallow_clone());
+        drop(t);
+        let inner = inner.exit(&()).unwrap();
+        assert!(inner.is_clean(), "{inner}");
+        assert_eq!(on(&inner).kept, block(40));
+        let outer = outer.exit(&()).unwrap();
+        assert!(outer.is_clean(), "{outer}");
+        assert_eq!(on(&outer).kept, block(40));
+    }
+    // Marked by the inner scope only: the outer one still judges it.
+    let mut global = Vec::new();
+    let outer = Scope::enter(strict("outer")).unwrap();
+    let inner = Scope::enter(strict("inner")).unwrap();
+    let t = floats(10);
+    inner.keep(&t);
+    global.push(t);
+    assert!(inner.exit(&()).unwrap().is_clean());
+    let err = outer.exit(&()).unwrap_err();
+    assert_eq!(err.report().unwrap().escaped_bytes, block(40));
+}

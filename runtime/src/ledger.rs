@@ -98,6 +98,17 @@ impl Entry {
         }
     }
 
+    /// Where the frame `id` is in its chain (0: the innermost), if it is charged to it.
+    fn depth_of(&self, id: u64) -> Option<usize> {
+        self.chain.as_ref()?.iter().position(|f| f.id == id)
+    }
+
+    /// Whether `keep` let it outlive `frame`: marked by `frame` or by a frame enclosing it.
+    fn kept_past(&self, frame: &Frame) -> bool {
+        let marked = self.kept_past.and_then(|id| self.depth_of(id));
+        marked.is_some() && marked >= self.depth_of(frame.id)
+    }
+
     /// The frame that owns it.
     fn frame(&self) -> Option<&Arc<Frame>> {
         self.chain.as_ref().map(|c| &c[usize::from(self.owner)])
@@ -449,12 +460,16 @@ impl Frame {
         self.flags.load(Ordering::Relaxed) & flag != 0
     }
 
-    /// Lets the storages among `keys` that this frame owns outlive it (`keep`). The mark is
-    /// on the allocation, so it dies with it.
+    /// Lets the storages among `keys` that are charged to this frame outlive it (`keep`), and
+    /// so outlive the scopes inside it that hand them on to it. The mark is on the allocation,
+    /// so it dies with it; of two marks, the one of the frame further out stands.
     pub(crate) fn mark(&self, keys: impl IntoIterator<Item = Key>) {
         for key in keys {
             if let Some(entry) = shard(key).get_mut(&key) {
-                if entry.frame().is_some_and(|f| f.id == self.id) {
+                let Some(at) = entry.depth_of(self.id) else {
+                    continue;
+                };
+                if entry.kept_past.and_then(|id| entry.depth_of(id)) < Some(at) {
                     entry.kept_past = Some(self.id);
                 }
             }
@@ -956,7 +971,7 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
             continue;
         }
         let bytes = entry.bytes;
-        let fate = judge.fate(key, entry, entry.kept_past == Some(frame.id));
+        let fate = judge.fate(key, entry, entry.kept_past(frame));
         match fate {
             Fate::Kept => closed.kept.both(key.1, |c| c.gain(bytes)),
             Fate::Held(held) => closed.held.push((held, key.1, bytes)),

@@ -27,7 +27,8 @@ impl Scope {
     }
 
     /// Marks a value as kept: the storages it has now may outlive this scope (into the
-    /// enclosing one).
+    /// enclosing one), those made in a scope still open inside this one included (they may
+    /// outlive that scope too).
     pub fn keep<T: Tensors + ?Sized>(&self, value: &T) {
         self.open.frame().mark(storages(value).keys.iter().copied());
     }

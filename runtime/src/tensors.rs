@@ -297,7 +297,8 @@ impl Tensors for tch::nn::Optimizer {
 
 /// tch keeps these modules' tensors private: a scope cannot list them. They are the variables
 /// of the `VarStore` the module was built from, so keeping that `VarStore` keeps them; without
-/// it, memory nothing else keeps is reported as not inspected rather than escaped.
+/// it, memory nothing else keeps is reported as not inspected rather than escaped. Which
+/// `VarStore` that was cannot be told: any kept one counts (see the README's Limits).
 macro_rules! private_module {
     ($($t:ty),* $(,)?) => {
         $(impl Tensors for $t {
