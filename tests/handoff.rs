@@ -404,3 +404,66 @@ fn a_scope_forgotten_in_carried_work_after_its_carrier_ended_is_still_ended() {
     drop(middle);
     SINK.lock().unwrap().clear();
 }
+
+/// Asserts that `report`'s lines add up to what it allocated, on the test device.
+fn adds_up(report: &gpu_scope::ScopeReport) {
+    let d = on(report);
+    assert_eq!(
+        d.allocated,
+        d.freed + d.kept + d.escaped + d.held,
+        "lines of {report}"
+    );
+}
+
+/// Work carried into a scope on a thread where another scope is open is charged to both; the
+/// carried scope owns and judges it, and the other one shows it as another scope's, so that its
+/// lines still add up (while that scope is open, and after it ended and took it out of
+/// tracking).
+#[test]
+fn carried_work_shows_on_the_scope_open_where_it_ran_as_another_scopes() {
+    let _serial = common::serial();
+    let lenient = |name| strict(name).on_escape(gpu_scope::EscapePolicy::Ignore);
+    for carried_ends_first in [false, true] {
+        let mut carried = Some(Scope::enter(lenient("carried")).unwrap());
+        let here = gpu_scope::current().unwrap();
+        let (ran_tx, ran_rx) = std::sync::mpsc::channel::<()>();
+        let (end_tx, end_rx) = std::sync::mpsc::channel::<()>();
+        let worker = std::thread::spawn(move || {
+            let local = Scope::enter(strict("local")).unwrap();
+            here.in_scope(|| {
+                drop(floats(3));
+                SINK.lock().unwrap().push(floats(25));
+            });
+            drop(floats(2));
+            ran_tx.send(()).unwrap();
+            end_rx.recv().unwrap();
+            local.exit(&()).unwrap()
+        });
+        ran_rx.recv().unwrap();
+        let mut end_carried = || carried.take().map(|s| s.exit(&()).unwrap());
+        let carried_report = if carried_ends_first {
+            end_carried()
+        } else {
+            None
+        };
+        end_tx.send(()).unwrap();
+        let local = worker.join().unwrap();
+        assert!(local.is_clean(), "{local}");
+        adds_up(&local);
+        assert_eq!(on(&local).allocated, block(100) + block(12) + block(8));
+        let other: Vec<_> = local
+            .held
+            .iter()
+            .map(|h| (h.by, h.bytes, h.count))
+            .collect();
+        assert_eq!(
+            other,
+            [(gpu_scope::HeldBy::OtherScope, block(100), 1)],
+            "{local}"
+        );
+        let carried_report = carried_report.or_else(end_carried).unwrap();
+        assert_eq!(carried_report.escaped_bytes, block(100), "{carried_report}");
+        adds_up(&carried_report);
+        SINK.lock().unwrap().clear();
+    }
+}

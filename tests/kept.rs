@@ -384,14 +384,25 @@ fn kept_by_an_enclosing_scope_from_inside_a_nested_one() {
         assert!(outer.is_clean(), "{outer}");
         assert_eq!(on(&outer).kept, block(40));
     }
-    // Marked by the inner scope only: the outer one still judges it.
-    let mut global = Vec::new();
-    let outer = Scope::enter(strict("outer")).unwrap();
-    let inner = Scope::enter(strict("inner")).unwrap();
-    let t = floats(10);
-    inner.keep(&t);
-    global.push(t);
-    assert!(inner.exit(&()).unwrap().is_clean());
-    let err = outer.exit(&()).unwrap_err();
-    assert_eq!(err.report().unwrap().escaped_bytes, block(40));
+    // Marked by the inner scope only: the outer one still judges it, and may mark it after.
+    for outer_marks_after in [false, true] {
+        let mut global = Vec::new();
+        let outer = Scope::enter(strict("outer")).unwrap();
+        let inner = Scope::enter(strict("inner")).unwrap();
+        let t = floats(10);
+        inner.keep(&t);
+        assert!(inner.exit(&()).unwrap().is_clean());
+        if outer_marks_after {
+            outer.keep(&t);
+        }
+        global.push(t);
+        let outer = outer.exit(&());
+        match outer_marks_after {
+            true => assert!(outer.unwrap().is_clean()),
+            false => assert_eq!(
+                outer.unwrap_err().report().unwrap().escaped_bytes,
+                block(40)
+            ),
+        }
+    }
 }

@@ -98,17 +98,6 @@ impl Entry {
         }
     }
 
-    /// Where the frame `id` is in its chain (0: the innermost), if it is charged to it.
-    fn depth_of(&self, id: u64) -> Option<usize> {
-        self.chain.as_ref()?.iter().position(|f| f.id == id)
-    }
-
-    /// Whether `keep` let it outlive `frame`: marked by `frame` or by a frame enclosing it.
-    fn kept_past(&self, frame: &Frame) -> bool {
-        let marked = self.kept_past.and_then(|id| self.depth_of(id));
-        marked.is_some() && marked >= self.depth_of(frame.id)
-    }
-
     /// The frame that owns it.
     fn frame(&self) -> Option<&Arc<Frame>> {
         self.chain.as_ref().map(|c| &c[usize::from(self.owner)])
@@ -127,10 +116,13 @@ impl Entry {
 /// Byte counters of a frame, for all devices together or for one.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Counters {
+    /// Blocks allocated (for a close's kept bytes: blocks kept).
     pub allocations: u64,
     pub allocated: u64,
     pub requested: u64,
     pub freed: u64,
+    /// Blocks freed.
+    pub frees: u64,
     pub live: u64,
     pub peak: u64,
 }
@@ -460,16 +452,23 @@ impl Frame {
         self.flags.load(Ordering::Relaxed) & flag != 0
     }
 
-    /// Lets the storages among `keys` that are charged to this frame outlive it (`keep`), and
-    /// so outlive the scopes inside it that hand them on to it. The mark is on the allocation,
-    /// so it dies with it; of two marks, the one of the frame further out stands.
-    pub(crate) fn mark(&self, keys: impl IntoIterator<Item = Key>) {
+    /// Lets the storages among `keys` that this frame owns, or that `inside` own (frames
+    /// opened inside it, still open on this thread), outlive it (`keep`), and so the scopes
+    /// in between. The mark is on the allocation, so it dies with it; one of a frame in
+    /// `outside` (those this one is open in) stands, as it covers this frame too.
+    pub(crate) fn mark(
+        &self,
+        keys: impl IntoIterator<Item = Key>,
+        inside: &[Arc<Frame>],
+        outside: &[Arc<Frame>],
+    ) {
+        let owned = |f: &Arc<Frame>| f.id == self.id || inside.iter().any(|i| Arc::ptr_eq(i, f));
         for key in keys {
             if let Some(entry) = shard(key).get_mut(&key) {
-                let Some(at) = entry.depth_of(self.id) else {
-                    continue;
-                };
-                if entry.kept_past.and_then(|id| entry.depth_of(id)) < Some(at) {
+                let further_out = entry
+                    .kept_past
+                    .is_some_and(|id| outside.iter().any(|f| f.id == id));
+                if entry.frame().is_some_and(owned) && !further_out {
                     entry.kept_past = Some(self.id);
                 }
             }
@@ -763,6 +762,7 @@ fn discharge(key: Key, entry: &Entry, freed: bool, except: Option<&Arc<Frame>>) 
                 c.lose(entry.bytes);
                 if freed {
                     c.freed += entry.bytes;
+                    c.frees += 1;
                 }
             });
         }
@@ -953,6 +953,12 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
         // Nothing alive (a clean scope whose blocks were all freed): nothing to hand on.
         return closed;
     }
+    // `keep` let an entry outlive this frame if this frame or one it closes inside marked it.
+    let marked = |entry: &Entry| {
+        entry.kept_past.is_some_and(|id| {
+            id == frame.id || enclosing.is_some_and(|c| c.iter().any(|f| f.id == id))
+        })
+    };
     let enclosing = enclosing.and_then(open_chain);
     let enclosing = enclosing.as_ref();
     // Handed on to the enclosing frame: those already charged to all of its chain (every
@@ -971,9 +977,12 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
             continue;
         }
         let bytes = entry.bytes;
-        let fate = judge.fate(key, entry, entry.kept_past(frame));
+        let fate = judge.fate(key, entry, marked(entry));
         match fate {
-            Fate::Kept => closed.kept.both(key.1, |c| c.gain(bytes)),
+            Fate::Kept => closed.kept.both(key.1, |c| {
+                c.allocations += 1;
+                c.gain(bytes)
+            }),
             Fate::Held(held) => closed.held.push((held, key.1, bytes)),
             Fate::Escaped if enclosing.is_some() => closed.escaped.push((key, entry.copy())),
             Fate::Escaped => {}

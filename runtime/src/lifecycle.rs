@@ -64,8 +64,13 @@ impl OpenScope {
         Ok(scope)
     }
 
-    pub(crate) fn frame(&self) -> &Arc<Frame> {
-        &self.frame
+    /// `keep`: what this scope owns among `keys`, or what scopes opened inside it and still
+    /// open on this thread own, may outlive it.
+    pub(crate) fn mark(&self, keys: impl IntoIterator<Item = ledger::Key>) {
+        let around = self.placed.as_ref().and_then(|p| thread::around(p.token));
+        let (inside, outside) = around.unwrap_or_default();
+        self.frame
+            .mark(keys, &inside, outside.as_deref().unwrap_or(&[]));
     }
 
     #[inline]
@@ -225,7 +230,7 @@ impl OpenScope {
         } else {
             escapes(std::mem::take(&mut closed.escaped))
         };
-        let held = if closed.held.is_empty() {
+        let mut held = if closed.held.is_empty() {
             Vec::new()
         } else {
             group_held(&closed.held)
@@ -265,6 +270,24 @@ impl OpenScope {
                     .map_or(0, |(_, b)| *b),
             })
             .collect();
+        // What the scope was charged for and did not judge: another scope's (see
+        // `HeldBy::OtherScope`).
+        for d in &mut devices {
+            let judged = d.freed + d.kept + d.escaped + d.held;
+            if let (Some(device), true) = (d.device, d.allocated > judged) {
+                let bytes = d.allocated - judged;
+                held.push(other_scope(
+                    closed,
+                    device,
+                    d.allocations,
+                    bytes,
+                    &escaped,
+                    &held,
+                ));
+                d.held += bytes;
+                held.sort_by_key(|h| (h.by, h.device));
+            }
+        }
         // A device the scope did not use whose cache the release emptied too.
         for (device, bytes) in &released.per_device {
             if !devices.iter().any(|d| d.device == Some(*device)) {
@@ -354,6 +377,42 @@ fn escapes(closed: Vec<(ledger::Key, ledger::Entry)>) -> Vec<Escape> {
         .collect();
     escaped.sort_unstable_by_key(|e| (std::cmp::Reverse(e.bytes), e.address));
     escaped
+}
+
+/// The line for `bytes` that `device`'s row of a report was charged for and did not judge:
+/// allocations another scope owns (work carried in through its handle while this scope was
+/// open on the thread that ran it), which that scope judges.
+#[cold]
+#[inline(never)]
+fn other_scope(
+    closed: &Closed,
+    device: DeviceId,
+    allocations: u64,
+    bytes: u64,
+    escaped: &[Escape],
+    held: &[Held],
+) -> Held {
+    let on = |d: DeviceId| d == device;
+    let counted = |stats: &ledger::Stats, f: fn(&ledger::Counters) -> u64| {
+        stats
+            .devices
+            .iter()
+            .find(|(d, _)| on(*d))
+            .map_or(0, |(_, c)| f(c))
+    };
+    let judged = counted(&closed.stats, |c| c.frees)
+        + counted(&closed.kept, |c| c.allocations)
+        + escaped.iter().filter(|e| on(e.device)).count() as u64
+        + (held.iter())
+            .filter(|h| on(h.device) && h.by != HeldBy::AutocastCache)
+            .map(|h| h.count)
+            .sum::<u64>();
+    Held {
+        by: HeldBy::OtherScope,
+        device,
+        bytes,
+        count: allocations.saturating_sub(judged),
+    }
 }
 
 /// Sums the held allocations by what holds them and by device.

@@ -86,6 +86,10 @@ pub enum HeldBy {
     /// Taken out of every scope for good by [`keep_forever`](crate::keep_forever) while the
     /// scope was open (alive then; its later free is not counted).
     KeptForever,
+    /// Owned and judged by another scope: work carried into that scope (through its
+    /// [`ScopeHandle`](crate::ScopeHandle)) on a thread where this scope was open is charged
+    /// to both. Alive at the exit, or taken out of tracking by that scope's own end.
+    OtherScope,
 }
 
 impl fmt::Display for HeldBy {
@@ -98,6 +102,7 @@ impl fmt::Display for HeldBy {
             HeldBy::AutogradGraph => "autograd graph",
             HeldBy::Uninspected => "not inspected",
             HeldBy::KeptForever => "kept forever",
+            HeldBy::OtherScope => "another scope",
         };
         f.pad(text)
     }

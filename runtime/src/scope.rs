@@ -30,7 +30,7 @@ impl Scope {
     /// enclosing one), those made in a scope still open inside this one included (they may
     /// outlive that scope too).
     pub fn keep<T: Tensors + ?Sized>(&self, value: &T) {
-        self.open.frame().mark(storages(value).keys.iter().copied());
+        self.open.mark(storages(value).keys.iter().copied());
     }
 
     /// Ends the scope: everything still alive that `kept` does not own has escaped. Returns
@@ -78,8 +78,8 @@ pub fn scope<R: Tensors>(
 /// it after the last change, or hand it back). Outside scopes it does nothing. See
 /// [`keep_forever`] for memory that should leave every scope.
 pub fn keep<T: Tensors + ?Sized>(value: &T) {
-    if let Some(frame) = thread::innermost() {
-        frame.mark(storages(value).keys.iter().copied());
+    if let Some(chain) = thread::chain() {
+        chain[0].mark(storages(value).keys.iter().copied(), &[], &chain[1..]);
     }
 }
 
