@@ -175,3 +175,43 @@ async fn an_async_argument_destructured_in_the_signature_is_kept() {
     assert!(report.is_clean(), "{report}");
     assert_eq!(memo.cache.len(), 1);
 }
+
+#[gpu_scope(keep_grad, on_escape = ignore)]
+async fn a_guard_across_a_suspension() {
+    let guard = gpu_scope::Scope::enter(common::strict("guard")).unwrap();
+    tokio::task::yield_now().await;
+    let _ = guard.exit(&());
+}
+
+/// A guard that leaves the thread with its async scope at a suspension gives the thread back
+/// the autograd mode it found: between polls, other work there has autograd as before.
+#[test]
+fn a_guard_parked_at_a_suspension_gives_back_the_autograd_mode() {
+    use std::future::Future;
+    common::device();
+    let grad_on = || {
+        let w = Tensor::ones([1], (tch::Kind::Float, tch::Device::Cpu)).set_requires_grad(true);
+        (&w * 2).requires_grad()
+    };
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let mut keeps_grad = Box::pin(a_guard_across_a_suspension());
+    assert!(keeps_grad.as_mut().poll(&mut cx).is_pending());
+    assert!(grad_on(), "after a keep_grad scope's poll");
+    let mut plain = Box::pin(guard_across_await());
+    assert!(plain.as_mut().poll(&mut cx).is_pending());
+    assert!(grad_on(), "after a scope's poll");
+    // The same through a handle: a carried future's poll.
+    let outer = gpu_scope::Scope::enter(common::strict("outer").keep_grad_mode(true)).unwrap();
+    let mut carried = Box::pin(gpu_scope::current().unwrap().instrument(async {
+        let guard = gpu_scope::Scope::enter(common::strict("guard")).unwrap();
+        tokio::task::yield_now().await;
+        let _ = guard.exit(&());
+    }));
+    assert!(carried.as_mut().poll(&mut cx).is_pending());
+    assert!(grad_on(), "after a carried future's poll");
+    while keeps_grad.as_mut().poll(&mut cx).is_pending() {}
+    while carried.as_mut().poll(&mut cx).is_pending() {}
+    drop(plain);
+    assert!(grad_on(), "after the polls ended");
+    let _ = outer.exit(&());
+}

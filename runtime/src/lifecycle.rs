@@ -88,10 +88,11 @@ impl OpenScope {
     /// Takes the scope off its thread without ending it (an async scope between polls).
     pub(crate) fn suspend(&mut self) {
         if let Some(placed) = self.placed.take() {
+            // Scopes still open inside it leave first, giving back their modes.
+            thread::pop(placed.token);
             if let Some(previous) = self.frame.take_grad() {
                 grad::restore(previous, self.opts.location);
             }
-            thread::pop(placed.token);
         }
     }
 

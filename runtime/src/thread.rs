@@ -176,15 +176,24 @@ pub(crate) fn pop(token: Token) {
         // Scopes opened above it and still open (a guard held across an `.await` of the async
         // scope at `token`) leave the stack with it; each remembers the frames it was opened
         // in, for its own end.
+        let mut parked = Vec::new();
         for pair in stack[at..].windows(2).filter(|pair| pair[1].owned) {
             pair[1].frame.lock().parked_in = Some(pair[0].chain.clone());
             pair[0].frame.park(&pair[1].frame);
+            parked.push(pair[1].frame.clone());
         }
         // Dropping the levels drops frames and chains only: nothing here touches this state.
         stack.truncate(at);
         publish(t, stack.last().map(|l| l.chain.clone()));
         let empty = stack.is_empty();
         drop(stack);
+        // Parked scopes leave the thread its autograd mode, innermost first, as their ends
+        // would have (those ends then leave the mode of wherever they run as it is).
+        for frame in parked.iter().rev() {
+            if let (Some(previous), Some(at)) = (frame.take_grad(), frame.location()) {
+                crate::grad::restore(previous, at);
+            }
+        }
         if let Some((callback, _)) = ops_ended {
             ffi::ops_end(callback);
             t.ops.set(None);
