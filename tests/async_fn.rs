@@ -215,3 +215,29 @@ fn a_guard_parked_at_a_suspension_gives_back_the_autograd_mode() {
     assert!(grad_on(), "after the polls ended");
     let _ = outer.exit(&());
 }
+
+#[gpu_scope(on_escape = ignore)]
+async fn spawns_carried_work() {
+    let here = gpu_scope::current().unwrap();
+    tokio::spawn(here.instrument(async { drop(floats(100)) }))
+        .await
+        .unwrap();
+}
+
+#[gpu_scope(on_escape = error)]
+async fn awaits_a_scope_that_spawns() -> Result<(), Error> {
+    spawns_carried_work().await;
+    Ok(())
+}
+
+/// Work an async scope carries into a spawned task counts in the async scopes around it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn carried_work_counts_in_the_async_scopes_around() {
+    awaits_a_scope_that_spawns().await.unwrap();
+    let report = gpu_scope::last_report().unwrap();
+    assert_eq!(
+        &*report.name, "async_fn::awaits_a_scope_that_spawns",
+        "{report}"
+    );
+    assert_eq!(on(&report).allocated, block(400), "{report}");
+}

@@ -467,3 +467,25 @@ fn carried_work_shows_on_the_scope_open_where_it_ran_as_another_scopes() {
         SINK.lock().unwrap().clear();
     }
 }
+
+/// Work carried into an inner scope counts in the scopes it is open in, as the inner scope's
+/// own work does: an outer scope's totals and its `max_peak` see it.
+#[test]
+fn carried_work_counts_in_the_scopes_around_the_carried_one() {
+    let outer = Scope::enter(strict("outer").max_peak(1000)).unwrap();
+    let inner = Scope::enter(strict("inner")).unwrap();
+    let here = gpu_scope::current().unwrap();
+    std::thread::spawn(move || here.in_scope(|| drop(floats(1000))))
+        .join()
+        .unwrap();
+    let inner = inner.exit(&()).unwrap();
+    assert_eq!(on(&inner).freed, block(4000), "{inner}");
+    let err = outer.exit(&()).unwrap_err();
+    let outer = err.report().unwrap();
+    assert!(matches!(err, gpu_scope::Error::OverBudget(_)), "{err}");
+    assert_eq!(
+        (on(outer).allocated, on(outer).freed, on(outer).peak),
+        (block(4000), block(4000), block(4000)),
+        "{outer}"
+    );
+}

@@ -1,12 +1,11 @@
 //! Carrying a scope to other threads and tasks, the way `tracing` carries a span: allocations
 //! made there while the handle is entered are charged to the scope (frees are seen on every
 //! thread anyway).
-use crate::ledger::Frame;
+use crate::ledger::{self, Chain};
 use crate::thread::{self, Token};
 use crate::{ffi, sites};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 /// A handle on an open scope, to run work for it on another thread or task. Cheap to clone;
@@ -15,7 +14,8 @@ use std::task::{Context, Poll};
 /// nothing (the scopes open where it runs still see that work).
 #[derive(Clone, Debug)]
 pub struct ScopeHandle {
-    frame: Arc<Frame>,
+    /// The scope's frame and the frames it is open in (charged with its work too).
+    chain: Chain,
 }
 
 /// The innermost scope open on this thread, as a handle to carry elsewhere.
@@ -27,7 +27,7 @@ pub struct ScopeHandle {
 /// std::thread::spawn(move || scope.in_scope(work)).join().unwrap();
 /// ```
 pub fn current() -> Option<ScopeHandle> {
-    thread::innermost().map(|frame| ScopeHandle { frame })
+    thread::innermost().map(|chain| ScopeHandle { chain })
 }
 
 /// Takes a carried scope off the thread again, even if the work panics.
@@ -51,9 +51,10 @@ impl ScopeHandle {
     /// scope itself. Inside an autocast region, the thread's autocast cache is cleared when
     /// `f` returns (the scope's exit could not reach its casts).
     pub fn in_scope<R>(&self, f: impl FnOnce() -> R) -> R {
-        let token = self.frame.open_successor().and_then(|frame| {
-            let operators = frame.location().is_some_and(sites::attributed);
-            thread::push(frame, false, operators).ok()
+        // Once the scope has ended: the one it ended inside, with the frames open around it.
+        let token = ledger::open_chain(&self.chain).and_then(|chain| {
+            let operators = chain[0].location().is_some_and(sites::attributed);
+            thread::push_carried(chain, operators).ok()
         });
         let _entered = Entered(token);
         f()
@@ -69,7 +70,7 @@ impl ScopeHandle {
 
     /// Whether the scope is still open.
     pub fn is_open(&self) -> bool {
-        self.frame.is_open()
+        self.chain[0].is_open()
     }
 }
 

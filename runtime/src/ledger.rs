@@ -1103,7 +1103,7 @@ fn adopt(frame: &Frame, key: Key) -> Option<u32> {
 
 /// `chain`, or if its innermost frame has closed, the chain it closed into (and so on): where
 /// what a scope leaves behind goes. `None` when every scope it could go to has ended.
-fn open_chain(chain: &Chain) -> Option<Chain> {
+pub(crate) fn open_chain(chain: &Chain) -> Option<Chain> {
     let mut chain = chain.clone();
     loop {
         let next = {

@@ -57,6 +57,9 @@ struct Level {
     /// The frames from this level down, innermost first: what the thread is charged to while
     /// this level is on top (kept here, so that popping back to it allocates nothing).
     chain: Chain,
+    /// For a scope carried here through its handle: the frames it is open in where it was
+    /// opened (the head of `chain`). Otherwise all of `chain`.
+    origin: Option<Chain>,
     /// The thread's count of autograd graph nodes when the level was pushed.
     nodes: u64,
 }
@@ -103,6 +106,22 @@ thread_local! {
 /// Puts `frame` on top of this thread's stack; installs the hooks if it was empty, and the
 /// operator callback if `operators` and it is not installed yet.
 pub(crate) fn push(frame: Arc<Frame>, owned: bool, operators: bool) -> Result<Token, Error> {
+    push_level(frame, owned, operators, None)
+}
+
+/// Puts a scope carried here through its handle on top of this thread's stack: `origin` is
+/// the scope's frame and those it is open in, all charged with what runs here, and then the
+/// frames open here (which show it as another scope's).
+pub(crate) fn push_carried(origin: Chain, operators: bool) -> Result<Token, Error> {
+    push_level(origin[0].clone(), false, operators, Some(origin))
+}
+
+fn push_level(
+    frame: Arc<Frame>,
+    owned: bool,
+    operators: bool,
+    origin: Option<Chain>,
+) -> Result<Token, Error> {
     THREAD.with(|t| {
         if t.stack.borrow().is_empty() {
             t.hooks.set(Some(ffi::thread_enter(&t.owner)?));
@@ -120,7 +139,17 @@ pub(crate) fn push(frame: Arc<Frame>, owned: bool, operators: bool) -> Result<To
             Some(level) => level.chain.clone(),
             None => {
                 let below = stack.last().map_or(&[][..], |l| &l.chain[..]);
-                std::iter::once(&frame).chain(below).cloned().collect()
+                match &origin {
+                    None => std::iter::once(&frame).chain(below).cloned().collect(),
+                    Some(origin) => (origin.iter())
+                        .chain(
+                            below
+                                .iter()
+                                .filter(|f| !origin.iter().any(|o| Arc::ptr_eq(o, f))),
+                        )
+                        .cloned()
+                        .collect(),
+                }
             }
         };
         if t.hooks.get().is_some_and(|h| h.stepped_aside) {
@@ -133,6 +162,7 @@ pub(crate) fn push(frame: Arc<Frame>, owned: bool, operators: bool) -> Result<To
             frame,
             owned,
             chain,
+            origin,
             nodes: ffi::graph_nodes(),
         });
         Ok(token)
@@ -215,9 +245,14 @@ pub(crate) fn settle_graphs(token: Token) {
     })
 }
 
-/// The innermost frame on this thread.
-pub(crate) fn innermost() -> Option<Arc<Frame>> {
-    THREAD.with(|t| t.stack.borrow().last().map(|l| l.frame.clone()))
+/// The innermost frame on this thread and the frames it is open in, innermost first: where
+/// it was opened, for a scope carried here.
+pub(crate) fn innermost() -> Option<Chain> {
+    THREAD.with(|t| {
+        let stack = t.stack.borrow();
+        let top = stack.last()?;
+        Some(top.origin.as_ref().unwrap_or(&top.chain).clone())
+    })
 }
 
 /// The frames on this thread's stack, innermost first.
