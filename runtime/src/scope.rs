@@ -27,8 +27,9 @@ impl Scope {
     }
 
     /// Marks a value as kept: the storages it has now may outlive this scope (into the
-    /// enclosing one), those made in a scope still open inside this one included (they may
-    /// outlive that scope too).
+    /// enclosing one), those made in a scope opened inside this one on this thread and still
+    /// open included (they may outlive that scope too; not those an async scope or carried
+    /// work owns).
     pub fn keep<T: Tensors + ?Sized>(&self, value: &T) {
         self.open.mark(storages(value).keys.iter().copied());
     }
