@@ -16,7 +16,6 @@ use gpu_scope::__private::{Finish, ScopeFuture};
 use gpu_scope::{EscapePolicy, Scope, ScopeOptions, ScopeReport, StorageSet};
 use proptest::prelude::*;
 use std::cell::RefCell;
-use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -28,7 +27,13 @@ use tch::Tensor;
 enum Op {
     Alloc(i64),
     Drop(usize),
+    /// `gpu_scope::keep` in the innermost scope.
     Keep(usize),
+    /// `Scope::keep` on the scope at depth `scope` (modulo the depth; 0 the outermost).
+    KeepIn {
+        scope: usize,
+        pick: usize,
+    },
     Return(usize),
     Nest,
     Exit,
@@ -82,6 +87,7 @@ fn op() -> impl Strategy<Value = Op> {
         8 => (1i64..64).prop_map(Op::Alloc),
         4 => any::<usize>().prop_map(Op::Drop),
         2 => any::<usize>().prop_map(Op::Keep),
+        2 => (any::<usize>(), any::<usize>()).prop_map(|(scope, pick)| Op::KeepIn { scope, pick }),
         2 => any::<usize>().prop_map(Op::Return),
         3 => Just(Op::Nest),
         3 => Just(Op::Exit),
@@ -153,8 +159,6 @@ struct Frame {
     allocations: u64,
     live: u64,
     peak: u64,
-    /// Allocations `keep` marked while this frame owned them (a mark is for one frame).
-    marked: HashSet<usize>,
     /// Allocations its exit is given to keep (a task's: what its future returned).
     returned: Vec<usize>,
 }
@@ -183,6 +187,9 @@ struct Info {
     address: usize,
     owner: Option<usize>,
     chain: Vec<usize>,
+    /// The frame whose `keep` let it outlive that frame (and the frames inside it that own it
+    /// meanwhile).
+    kept_past: Option<usize>,
 }
 
 #[derive(Default)]
@@ -216,7 +223,8 @@ impl Run {
                 self.live.push((id, t));
             }
             Op::Drop(k) => self.drop_live(k),
-            Op::Keep(k) => self.keep(k),
+            Op::Keep(k) => self.keep(self.stack.len() - 1, k),
+            Op::KeepIn { scope, pick } => self.keep(scope % self.stack.len(), pick),
             Op::Return(k) => {
                 let Some(i) = pick(k, self.live.len()) else {
                     return Ok(());
@@ -267,6 +275,7 @@ impl Run {
             address,
             owner: Some(owner),
             chain,
+            kept_past: None,
         });
         self.info.len() - 1
     }
@@ -315,17 +324,23 @@ impl Run {
         }
     }
 
-    /// `gpu_scope::keep` marks the allocation for the innermost scope only if that scope owns
-    /// it (a tensor a task still owns is not marked by the scope it is polled under).
-    fn keep(&mut self, k: usize) {
+    /// `keep` on the scope at `depth` of the stack marks the allocation if that scope or one
+    /// opened inside it owns it (a tensor a task still owns is not marked by the scopes it is
+    /// polled under), unless a scope further out marked it already.
+    fn keep(&mut self, depth: usize, k: usize) {
         let Some(i) = pick(k, self.live.len()) else {
             return;
         };
         let (id, t) = &self.live[i];
-        gpu_scope::keep(t);
-        let innermost = *self.stack.last().unwrap();
-        if self.info[*id].owner == Some(innermost) {
-            self.frames[innermost].marked.insert(*id);
+        match depth + 1 == self.stack.len() {
+            true => gpu_scope::keep(t),
+            false => self.scopes[depth].keep(t),
+        }
+        let (inside, outside) = (&self.stack[depth..], &self.stack[..depth]);
+        let info = &mut self.info[*id];
+        let owned = info.owner.is_some_and(|o| inside.contains(&o));
+        if owned && !info.kept_past.is_some_and(|m| outside.contains(&m)) {
+            info.kept_past = Some(self.stack[depth]);
         }
     }
 
@@ -387,7 +402,11 @@ impl Run {
             (Then::Hold, Poll::Pending) => {}
             (Then::Drop, Poll::Pending) => self.discharge(target, true),
             (Then::Keep, Poll::Pending) => {
-                self.frames[frame].marked.insert(target);
+                // The task's own `keep`, in a poll under the scopes open now.
+                let info = &mut self.info[target];
+                if !info.kept_past.is_some_and(|m| self.stack.contains(&m)) {
+                    info.kept_past = Some(frame);
+                }
             }
             (Then::Return, Poll::Ready(((id, t), finish))) => {
                 prop_assert_eq!(id, target);
@@ -451,7 +470,12 @@ impl Run {
         let frame = &self.frames[f];
         let (kept, escaped): (Vec<usize>, Vec<usize>) = (0..self.info.len())
             .filter(|&id| self.info[id].owner == Some(f))
-            .partition(|id| !checked || frame.returned.contains(id) || frame.marked.contains(id));
+            .partition(|&id| {
+                // Marked by this frame or by one it ends inside.
+                let marked =
+                    (self.info[id].kept_past).is_some_and(|m| m == f || self.stack.contains(&m));
+                !checked || frame.returned.contains(&id) || marked
+            });
         let mut escapes: Vec<(usize, u64)> = (escaped.iter())
             .map(|&id| (self.info[id].address, self.info[id].bytes))
             .collect();
