@@ -513,6 +513,14 @@ impl Run {
             "(allocated, freed, allocations, peak, kept) of {}",
             report
         );
+        // Its lines add up: what tasks own shows as another scope's.
+        let held: u64 = report.held.iter().map(|h| h.bytes).sum();
+        prop_assert_eq!(
+            report.allocated,
+            report.freed + report.kept + report.escaped_bytes + held,
+            "lines of {}",
+            report
+        );
         Ok(())
     }
 
