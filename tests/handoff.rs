@@ -489,3 +489,60 @@ fn carried_work_counts_in_the_scopes_around_the_carried_one() {
         "{outer}"
     );
 }
+
+/// A handle taken in a scope opened inside carried work carries that scope and the carried
+/// one, not the scopes of the thread the work ran on: a third thread's work through it is not
+/// charged to them (a worker's own budget is not spent by work elsewhere).
+#[test]
+fn a_handle_taken_inside_carried_work_does_not_carry_the_threads_own_scopes() {
+    let carried = Scope::enter(strict("carried")).unwrap();
+    let here = gpu_scope::current().unwrap();
+    let (handle_tx, handle_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let worker = std::thread::spawn(move || {
+        let own = Scope::enter(strict("own").max_peak(1000)).unwrap();
+        here.in_scope(|| {
+            let inner = Scope::enter(strict("inner")).unwrap();
+            handle_tx.send(gpu_scope::current().unwrap()).unwrap();
+            done_rx.recv().unwrap();
+            let inner = inner.exit(&()).unwrap();
+            assert_eq!(on(&inner).allocated, block(4000), "{inner}");
+        });
+        own.exit(&())
+    });
+    let inner = handle_rx.recv().unwrap();
+    std::thread::spawn(move || inner.in_scope(|| drop(floats(1000))))
+        .join()
+        .unwrap();
+    done_tx.send(()).unwrap();
+    let own = worker.join().unwrap().unwrap();
+    assert_eq!(on(&own).allocated, 0, "{own}");
+    let carried = carried.exit(&()).unwrap();
+    assert_eq!(on(&carried).allocated, block(4000), "{carried}");
+}
+
+static GUARD_HANDLE: Mutex<Option<gpu_scope::ScopeHandle>> = Mutex::new(None);
+
+#[gpu_scope::gpu_scope(on_escape = ignore)]
+async fn hands_out_its_guards_handle() {
+    let guard = Scope::enter(strict("guard")).unwrap();
+    *GUARD_HANDLE.lock().unwrap() = gpu_scope::current();
+    tokio::task::yield_now().await;
+    drop(floats(100));
+    let _ = guard.exit(&());
+}
+
+/// An async scope resumed inside work carried into a scope opened in it (the frames then
+/// close into each other) is charged once, and its carried future ends.
+#[test]
+fn an_async_scope_resumed_in_its_own_guards_handle_is_charged_once() {
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    let mut task = Box::pin(hands_out_its_guards_handle());
+    assert!(task.as_mut().poll(&mut cx).is_pending());
+    let handle = GUARD_HANDLE.lock().unwrap().take().unwrap();
+    let mut carried = Box::pin(handle.instrument(task));
+    while carried.as_mut().poll(&mut cx).is_pending() {}
+    let report = gpu_scope::last_report().unwrap();
+    assert_eq!(on(&report).allocated, block(400), "{report}");
+    drop(carried);
+}

@@ -1,11 +1,12 @@
 //! Carrying a scope to other threads and tasks, the way `tracing` carries a span: allocations
 //! made there while the handle is entered are charged to the scope (frees are seen on every
 //! thread anyway).
-use crate::ledger::{self, Chain};
+use crate::ledger::Chain;
 use crate::thread::{self, Token};
 use crate::{ffi, sites};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 /// A handle on an open scope, to run work for it on another thread or task. Cheap to clone;
@@ -51,13 +52,25 @@ impl ScopeHandle {
     /// scope itself. Inside an autocast region, the thread's autocast cache is cleared when
     /// `f` returns (the scope's exit could not reach its casts).
     pub fn in_scope<R>(&self, f: impl FnOnce() -> R) -> R {
-        // Once the scope has ended: the one it ended inside, with the frames open around it.
-        let token = ledger::open_chain(&self.chain).and_then(|chain| {
+        let token = self.open().and_then(|chain| {
             let operators = chain[0].location().is_some_and(sites::attributed);
             thread::push_carried(chain, operators).ok()
         });
         let _entered = Entered(token);
         f()
+    }
+
+    /// The scope and those it is open in; once it has ended, the scope it ended inside (with
+    /// those around it, when it is one of them).
+    fn open(&self) -> Option<Chain> {
+        let frame = self.chain[0].open_successor()?;
+        Some(
+            match self.chain.iter().position(|f| Arc::ptr_eq(f, &frame)) {
+                Some(0) => self.chain.clone(),
+                Some(at) => Arc::from(&self.chain[at..]),
+                None => Arc::from([frame]),
+            },
+        )
     }
 
     /// Wraps a future so that each of its polls runs [`in_scope`](Self::in_scope).

@@ -1116,10 +1116,12 @@ fn adopt(frame: &Frame, key: Key, bytes: u64) -> Option<u32> {
 }
 
 /// `chain`, or if its innermost frame has closed, the chain it closed into (and so on): where
-/// what a scope leaves behind goes. `None` when every scope it could go to has ended.
-pub(crate) fn open_chain(chain: &Chain) -> Option<Chain> {
+/// what a scope leaves behind goes. `None` when every scope it could go to has ended, or
+/// when the frames closed into each other in a ring (an async scope resumed inside work
+/// carried into a scope opened inside it, both ended): nothing is open there.
+fn open_chain(chain: &Chain) -> Option<Chain> {
     let mut chain = chain.clone();
-    loop {
+    for _ in 0..OPEN_CHAIN_STEPS {
         let next = {
             let state = chain.first()?.lock();
             if state.open {
@@ -1133,7 +1135,11 @@ pub(crate) fn open_chain(chain: &Chain) -> Option<Chain> {
             None => return Some(chain),
         }
     }
+    None
 }
+
+/// More scopes closed one into the next than any program nests.
+const OPEN_CHAIN_STEPS: usize = 10_000;
 
 /// Tracked entries, open frames, CPU blocks with a replaced deleter.
 pub(crate) fn counts() -> (usize, usize, usize) {

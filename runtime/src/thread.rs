@@ -46,6 +46,15 @@ fn publish(t: &ThreadState, chain: Option<Chain>) {
     *t.owner.current.lock().unwrap_or_else(|e| e.into_inner()) = chain;
 }
 
+/// `head` then the frames of `below` not in it: each frame once (a frame below may be in the
+/// head already, as an async scope polled in work carried into a scope opened inside it).
+fn joined(head: &[Arc<Frame>], below: &[Arc<Frame>]) -> Chain {
+    let rest = below
+        .iter()
+        .filter(|f| !head.iter().any(|h| Arc::ptr_eq(h, f)));
+    head.iter().chain(rest).cloned().collect()
+}
+
 /// A frame's place on a thread's stack, given back to take it off again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Token(u64);
@@ -133,23 +142,23 @@ fn push_level(
                 .set(ffi::ops_begin().map(|callback| (callback, token)));
         }
         let mut stack = t.stack.borrow_mut();
-        let chain: Chain = match stack.iter().rev().find(|l| Arc::ptr_eq(&l.frame, &frame)) {
+        let (chain, origin) = match stack.iter().rev().find(|l| Arc::ptr_eq(&l.frame, &frame)) {
             // Already on this thread's stack (its handle used here, its future polled here):
             // charged as it is there, and once.
-            Some(level) => level.chain.clone(),
+            Some(level) => (level.chain.clone(), level.origin.clone()),
             None => {
-                let below = stack.last().map_or(&[][..], |l| &l.chain[..]);
-                match &origin {
-                    None => std::iter::once(&frame).chain(below).cloned().collect(),
-                    Some(origin) => (origin.iter())
-                        .chain(
-                            below
-                                .iter()
-                                .filter(|f| !origin.iter().any(|o| Arc::ptr_eq(o, f))),
-                        )
-                        .cloned()
-                        .collect(),
-                }
+                let below = stack.last();
+                let head = origin.as_deref().unwrap_or(std::slice::from_ref(&frame));
+                let chain = joined(head, below.map_or(&[][..], |l| &l.chain[..]));
+                // Opened in carried work: where its scope is open is the head and the carried
+                // scope's own frames, not this thread's.
+                let opened_in = match &origin {
+                    None => below
+                        .and_then(|l| l.origin.as_deref())
+                        .map(|o| joined(head, o)),
+                    Some(_) => None,
+                };
+                (chain, opened_in.or(origin))
             }
         };
         if t.hooks.get().is_some_and(|h| h.stepped_aside) {
