@@ -148,17 +148,26 @@ fn push_level(
             Some(level) => (level.chain.clone(), level.origin.clone()),
             None => {
                 let below = stack.last();
-                let head = origin.as_deref().unwrap_or(std::slice::from_ref(&frame));
-                let chain = joined(head, below.map_or(&[][..], |l| &l.chain[..]));
-                // Opened in carried work: where its scope is open is the head and the carried
-                // scope's own frames, not this thread's.
-                let opened_in = match &origin {
-                    None => below
-                        .and_then(|l| l.origin.as_deref())
-                        .map(|o| joined(head, o)),
-                    Some(_) => None,
-                };
-                (chain, opened_in.or(origin))
+                let below_chain = below.map_or(&[][..], |l| &l.chain[..]);
+                match below.and_then(|l| l.origin.as_deref()) {
+                    // Usually nothing carried below: every frame there is a level's own, and
+                    // `frame` (looked for above) is not among them.
+                    None if origin.is_none() => {
+                        let chain = std::iter::once(&frame).chain(below_chain);
+                        (chain.cloned().collect(), None)
+                    }
+                    carried_below => {
+                        let head = origin.as_deref().unwrap_or(std::slice::from_ref(&frame));
+                        let chain = joined(head, below_chain);
+                        // Opened in carried work: where its scope is open is the head and the
+                        // carried scope's own frames, not this thread's.
+                        let opened_in = match &origin {
+                            None => carried_below.map(|o| joined(head, o)),
+                            Some(_) => None,
+                        };
+                        (chain, opened_in.or(origin))
+                    }
+                }
             }
         };
         if t.hooks.get().is_some_and(|h| h.stepped_aside) {
