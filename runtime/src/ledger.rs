@@ -182,8 +182,7 @@ impl Stats {
 /// frame owned at once; adding and removing a key are a store, not a hash.
 #[derive(Debug)]
 struct Owned {
-    /// Each block's key and size (a close counts a block freed while it closes as freed).
-    keys: Vec<(Key, u64)>,
+    keys: Vec<Key>,
     /// The first free slot; each free slot holds the next (`NO_SLOT` ends the list).
     free: u32,
     len: usize,
@@ -206,24 +205,24 @@ impl Default for Owned {
 impl Owned {
     /// Adds `key`; returns its slot.
     #[inline]
-    fn add(&mut self, key: Key, bytes: u64) -> u32 {
+    fn add(&mut self, key: Key) -> u32 {
         self.len += 1;
         if self.free == NO_SLOT {
             spare::refill(&mut self.keys);
-            self.keys.push((key, bytes));
+            self.keys.push(key);
             return u32::try_from(self.keys.len() - 1).unwrap_or(NO_SLOT);
         }
         let at = self.free;
-        self.free = self.keys[at as usize].0 .0 as u32;
-        self.keys[at as usize] = (key, bytes);
+        self.free = self.keys[at as usize].0 as u32;
+        self.keys[at as usize] = key;
         at
     }
 
     /// Removes `key` from `slot` (nothing if it is not there: the list was taken by a close).
     #[inline]
     fn remove(&mut self, slot: u32, key: Key) {
-        if let Some(place) = self.keys.get_mut(slot as usize).filter(|k| k.0 == key) {
-            *place = ((self.free as usize, FREE), 0);
+        if let Some(place) = self.keys.get_mut(slot as usize).filter(|k| **k == key) {
+            *place = (self.free as usize, FREE);
             self.free = slot;
             self.len -= 1;
         }
@@ -233,12 +232,11 @@ impl Owned {
         self.len == 0
     }
 
-    /// The keys with their slots and sizes.
-    fn iter(&self) -> impl Iterator<Item = (u32, Key, u64)> + '_ {
+    /// The keys with their slots.
+    fn iter(&self) -> impl Iterator<Item = (u32, Key)> + '_ {
         (0u32..)
             .zip(self.keys.iter().copied())
-            .filter(|(_, (key, _))| key.1 != FREE)
-            .map(|(slot, (key, bytes))| (slot, key, bytes))
+            .filter(|(_, key)| key.1 != FREE)
     }
 }
 
@@ -552,7 +550,7 @@ pub(crate) mod spare {
 
     thread_local! {
         static SETS: RefCell<Vec<FxHashSet<Key>>> = const { RefCell::new(Vec::new()) };
-        static LISTS: RefCell<Vec<Vec<(Key, u64)>>> = const { RefCell::new(Vec::new()) };
+        static LISTS: RefCell<Vec<Vec<Key>>> = const { RefCell::new(Vec::new()) };
     }
 
     impl Buffer for FxHashSet<Key> {
@@ -567,7 +565,7 @@ pub(crate) mod spare {
         }
     }
 
-    impl Buffer for Vec<(Key, u64)> {
+    impl Buffer for Vec<Key> {
         fn capacity(&self) -> usize {
             self.capacity()
         }
@@ -669,7 +667,7 @@ pub(crate) fn record_alloc(chain: Chain, key: Key, mut entry: Entry) -> bool {
         }
         if owner.is_none() {
             owner = Some(at);
-            entry.slot = state.keys.add(key, bytes);
+            entry.slot = state.keys.add(key);
             state.saw_backward |= entry.made.backward;
         }
         state.stats.both(key.1, |c| c.alloc(bytes, requested));
@@ -901,7 +899,7 @@ pub(crate) fn entries_to_inspect(frame: &Frame) -> Vec<Key> {
     if !state.saw_backward && !accelerator {
         return Vec::new();
     }
-    state.keys.iter().map(|(_, key, _)| key).collect()
+    state.keys.iter().map(|(_, key)| key).collect()
 }
 
 /// Reads one entry.
@@ -967,17 +965,15 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
     // block of a scope nested in it on this thread) at once, the others (an async scope
     // closing elsewhere than it ran) after the loop.
     let mut charged_later = Vec::new();
-    for (at, key, size) in keys.iter() {
+    for (at, key) in keys.iter() {
         let mut map = shard(key);
-        // Freed on another thread after the frame was locked (its address maybe reused for a
-        // block of another frame meanwhile): nothing to judge, and freed in the scope.
         let hash_map::Entry::Occupied(mut slot) = map.entry(key) else {
-            freed_while_closing(&mut closed.stats, key.1, size);
+            // Freed on another thread after the frame was locked: nothing to judge.
             continue;
         };
         let entry = slot.get_mut();
         if entry.slot != at || entry.frame().is_none_or(|f| !Arc::ptr_eq(f, frame)) {
-            freed_while_closing(&mut closed.stats, key.1, size);
+            // Its address was freed and reused for a block of another frame meanwhile.
             continue;
         }
         let bytes = entry.bytes;
@@ -992,7 +988,7 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
             Fate::Escaped => {}
         }
         match enclosing {
-            Some(chain) if charged_to(entry, chain) => match adopt(&chain[0], key, bytes) {
+            Some(chain) if charged_to(entry, chain) => match adopt(&chain[0], key) {
                 Some(slot) => {
                     entry.owner = position(entry, &chain[0]);
                     entry.slot = slot;
@@ -1039,16 +1035,6 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
     closed
 }
 
-/// A block of a closing frame freed after the frame stopped counting (see `close`).
-#[cold]
-fn freed_while_closing(stats: &mut Stats, device: DeviceId, bytes: u64) {
-    stats.both(device, |c| {
-        c.lose(bytes);
-        c.freed += bytes;
-        c.frees += 1;
-    });
-}
-
 /// Where `frame` is in `entry`'s chain (it is there).
 fn position(entry: &Entry, frame: &Arc<Frame>) -> u8 {
     let charged = entry.chain.as_deref().unwrap_or(&[]);
@@ -1075,7 +1061,7 @@ fn hand_on(key: Key, entry: &mut Entry, chain: &Chain) -> bool {
             return false;
         };
         chain = open;
-        if let Some(slot) = adopt(&chain[0], key, entry.bytes) {
+        if let Some(slot) = adopt(&chain[0], key) {
             break slot;
         }
     };
@@ -1110,9 +1096,9 @@ fn hand_on(key: Key, entry: &mut Entry, chain: &Chain) -> bool {
 
 /// Adds `key` to `frame`'s list if the frame is still open (one closing on another thread has
 /// taken its list); returns the slot.
-fn adopt(frame: &Frame, key: Key, bytes: u64) -> Option<u32> {
+fn adopt(frame: &Frame, key: Key) -> Option<u32> {
     let mut state = frame.lock();
-    state.open.then(|| state.keys.add(key, bytes))
+    state.open.then(|| state.keys.add(key))
 }
 
 /// `chain`, or if its innermost frame has closed, the chain it closed into (and so on): where
