@@ -3,7 +3,7 @@
 //! keeps exact, never underflowing accounts.
 mod common;
 
-use common::{block, escaped, floats, on, strict};
+use common::{adds_up, block, escaped, floats, on, strict};
 use gpu_scope::{scope, Scope};
 use std::future::Future;
 use std::sync::Mutex;
@@ -403,16 +403,6 @@ fn a_scope_forgotten_in_carried_work_after_its_carrier_ended_is_still_ended() {
     assert_eq!(report.ended_inside.len(), 2, "{report}");
     drop(middle);
     SINK.lock().unwrap().clear();
-}
-
-/// Asserts that `report`'s lines add up to what it allocated, on the test device.
-fn adds_up(report: &gpu_scope::ScopeReport) {
-    let d = on(report);
-    assert_eq!(
-        d.allocated,
-        d.freed + d.kept + d.escaped + d.held,
-        "lines of {report}"
-    );
 }
 
 /// Work carried into a scope on a thread where another scope is open is charged to both; the

@@ -4,7 +4,7 @@
 //! `keep_forever` takes memory out of every scope.
 mod common;
 
-use common::{block, floats, on, strict};
+use common::{adds_up, block, floats, on, strict};
 use gpu_scope::{keep_forever, scope, HeldBy};
 use std::collections::LinkedList;
 use std::sync::{Arc, Mutex, RwLock};
@@ -184,8 +184,7 @@ fn keep_forever_leaves_every_enclosing_scope() {
     // Shown on a line of its own, in every scope it leaves, and the totals add up.
     assert_eq!(outer.held_by(HeldBy::KeptForever), block(256), "{outer}");
     assert!(outer.to_string().contains("kept forever"), "{outer}");
-    let row = on(&outer);
-    assert_eq!(row.allocated, row.freed + row.kept + row.held + row.escaped);
+    adds_up(&outer);
 }
 
 #[test]

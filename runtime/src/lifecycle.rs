@@ -273,11 +273,12 @@ impl OpenScope {
             .collect();
         // What the scope was charged for and did not judge: another scope's (see
         // `HeldBy::OtherScope`).
+        let mut others = Vec::new();
         for d in &mut devices {
             let judged = d.freed + d.kept + d.escaped + d.held;
             if let (Some(device), true) = (d.device, d.allocated > judged) {
                 let bytes = d.allocated - judged;
-                held.push(other_scope(
+                others.push(other_scope(
                     closed,
                     device,
                     d.allocations,
@@ -286,8 +287,11 @@ impl OpenScope {
                     &held,
                 ));
                 d.held += bytes;
-                held.sort_by_key(|h| (h.by, h.device));
             }
+        }
+        if !others.is_empty() {
+            held.append(&mut others);
+            held.sort_by_key(|h| (h.by, h.device));
         }
         // A device the scope did not use whose cache the release emptied too.
         for (device, bytes) in &released.per_device {

@@ -60,6 +60,16 @@ pub fn on(report: &ScopeReport) -> DeviceReport {
         .unwrap_or_default()
 }
 
+/// Asserts that `report`'s lines add up to what it allocated, on the test device.
+pub fn adds_up(report: &ScopeReport) {
+    let d = on(report);
+    assert_eq!(
+        d.allocated,
+        d.freed + d.kept + d.escaped + d.held,
+        "lines of {report}"
+    );
+}
+
 /// Serialises the tests of one test binary that count the process-wide ledger.
 pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
