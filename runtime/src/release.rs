@@ -41,7 +41,9 @@ pub(crate) fn run(policy: ReleasePolicy, outermost: bool, used: &[DeviceId]) -> 
     let run = match policy {
         ReleasePolicy::Never => false,
         ReleasePolicy::Always => true,
-        ReleasePolicy::Outermost => used.iter().any(|d| releasable(d) > 0),
+        // `emptyCache` empties every device: a device the scope did not use counts too (a
+        // request that computed on one device and unloaded a model on another).
+        ReleasePolicy::Outermost => all.iter().any(|d| releasable(d) > 0),
         ReleasePolicy::Above(limit) => all.iter().any(|d| releasable(d) > limit),
     };
     if !run {
