@@ -196,6 +196,33 @@ fn a_release_reports_what_every_device_gave_back() {
     assert!(r.is_clean(), "{r}");
 }
 
+/// The default release looks at every device's cache, as `emptyCache` empties them all: a
+/// request that computed on cuda:0 (whose cache has nothing to give back) and unloaded a
+/// model on cuda:1 gives cuda:1's segment back.
+#[test]
+fn the_default_release_looks_at_the_devices_the_scope_did_not_allocate_on() {
+    let _serial = common::serial();
+    if cuda(2).is_none() {
+        return;
+    }
+    gpu_scope::empty_cache(Device::Cuda(0)).unwrap();
+    // Small blocks share a segment that `resident` keeps in use: nothing releasable there.
+    let resident = floats(1000, 0);
+    let model = floats(8 << 20, 1);
+    let (_, r) = scope(strict("request"), move || {
+        drop(model);
+        drop(floats(100, 0));
+    })
+    .unwrap();
+    assert!(r.released, "{r}");
+    let row = (r.devices.iter())
+        .find(|d| d.device.is_some_and(|x| x.to_string() == "cuda:1"))
+        .unwrap_or_else(|| panic!("no cuda:1 row: {r}"));
+    assert!(row.cache_released >= 32 << 20, "{r}");
+    assert_eq!(memory_stats(Device::Cuda(1)).unwrap().releasable, 0);
+    drop(resident);
+}
+
 #[test]
 fn reports_and_release_are_per_device() {
     let _serial = common::serial();
@@ -511,6 +538,32 @@ fn an_allocator_that_reports_nothing_is_not_tracked() {
         ("PYTORCH_NO_CUDA_MEMORY_CACHING", "1")
     };
     let out = child("an_allocator_that_reports_nothing_is_not_tracked", &[env]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// Finding out whether the allocator reports (a one-byte probe) touches only a device the
+/// process works on: a program on cuda:1 alone gets no memory (nor, on a GPU, a context) on
+/// cuda:0 from it.
+#[test]
+fn the_allocator_probe_leaves_unused_devices_alone() {
+    if in_child() {
+        let model = floats(1 << 20, 1);
+        // Not `strict`, which warms up the test device (cuda:0).
+        let opts = ScopeOptions::new("tokenize").on_escape(gpu_scope::EscapePolicy::Error);
+        let (_, r) = scope(opts, || drop(common::cpu_floats(16))).unwrap();
+        assert!(r.is_clean(), "{r}");
+        assert_eq!(memory_stats(Device::Cuda(0)).unwrap(), Default::default());
+        drop(model);
+        return;
+    }
+    if cuda(2).is_none() {
+        return;
+    }
+    let out = child("the_allocator_probe_leaves_unused_devices_alone", &[]);
     assert!(
         out.status.success(),
         "{}",

@@ -582,10 +582,30 @@ int gs_autocast_clear(int* cleared) noexcept {
   });
 }
 
-int gs_probe_reports(int dev_index, int* reported) noexcept {
+// A device the process already works on, for the probe: the first that holds memory, else the
+// first with a context (an allocator that keeps no statistics); -1 when there is none, so that
+// the probe creates no context and reserves nothing on a device the program never uses.
+static int probe_device(c10::DeviceType type) {
+  const auto count = static_cast<int>(at::accelerator::deviceCount());
+  for (int i = 0; i < count; ++i) {
+    int64_t allocated = 0, reserved = 0, peak = 0, releasable = 0;
+    if (gs_device_stats_unchecked(i, &allocated, &reserved, &peak, &releasable) == 0 &&
+        reserved > 0)
+      return i;
+  }
+  const auto& hooks = at::globalContext().getAcceleratorHooksInterface(type);
+  for (int i = 0; i < count; ++i) {
+    if (hooks.hasPrimaryContext(static_cast<c10::DeviceIndex>(i))) return i;
+  }
+  return -1;
+}
+
+int gs_probe_reports(int* reported) noexcept {
   return protect([&] {
     c10::DeviceType type = accelerator_type();
-    if (dev_index < 0) dev_index = at::accelerator::getDeviceIndex();
+    *reported = -1;
+    const int dev_index = probe_device(type);
+    if (dev_index < 0) return;
     probing = true;
     probe_seen = false;
     try {

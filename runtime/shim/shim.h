@@ -93,9 +93,10 @@ int gs_workspaces(void (*visit)(void* ctx, const void* ptr, int dev_index, const
 int gs_clear_workspaces(void) GS_NOEXCEPT;
 // Clears autocast's cast cache on this thread if autocast is on; *cleared says whether.
 int gs_autocast_clear(int* cleared) GS_NOEXCEPT;
-// Allocates one byte on accelerator device `dev_index` (-1: the thread's current device) and
-// says whether the allocator reported it to this thread's reporter.
-int gs_probe_reports(int dev_index, int* reported) GS_NOEXCEPT;
+// Allocates one byte on an accelerator device the process already works on (the first that
+// holds memory, else the first with a context) and says whether the allocator reported it to
+// this thread's reporter (1 or 0); -1, and no probe, when the process works on none.
+int gs_probe_reports(int* reported) GS_NOEXCEPT;
 // "cuda", "fake-cuda", ... or "" when no device backend is linked.
 const char* gs_backend_name(void) GS_NOEXCEPT;
 // How many times gpu-scope called emptyCache.

@@ -68,7 +68,7 @@ extern "C" {
     pub(crate) fn gs_workspaces(visit: WorkspaceVisitor, ctx: *mut c_void) -> c_int;
     pub(crate) fn gs_clear_workspaces() -> c_int;
     fn gs_autocast_clear(cleared: *mut c_int) -> c_int;
-    pub(crate) fn gs_probe_reports(dev_index: c_int, reported: *mut c_int) -> c_int;
+    pub(crate) fn gs_probe_reports(reported: *mut c_int) -> c_int;
     pub(crate) fn gs_backend_name() -> *const c_char;
     fn gs_build_option(key: *const c_char, value: *mut *const c_char) -> c_int;
     pub(crate) fn gs_empty_cache_calls() -> u64;

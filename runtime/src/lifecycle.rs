@@ -205,7 +205,7 @@ impl OpenScope {
             });
         }
         let saw_accelerator = closed.stats.devices.iter().any(|(d, _)| !d.is_cpu());
-        if !saw_accelerator && !blind && memory::allocator_reports(-1) == Some(false) {
+        if !saw_accelerator && !blind && memory::allocator_reports() == Some(false) {
             untracked.push(Untracked {
                 device: None,
                 reason: "the accelerator's allocator reports nothing (the cudaMallocAsync \

@@ -172,9 +172,10 @@ pub fn clear_workspaces() -> Result<(), Error> {
 
 /// Whether the accelerator's allocator reports its allocations (the native caching allocator
 /// does; `cudaMallocAsync` and `PYTORCH_NO_CUDA_MEMORY_CACHING=1` do not). Found out once per
-/// process by a one-byte probe on this thread's current device, which must be inside a scope
-/// whose reporter is installed; `None` until the allocator is initialized.
-pub(crate) fn allocator_reports(index: i32) -> Option<bool> {
+/// process by a one-byte probe on a device the process works on (never one it has not used:
+/// that would reserve memory and make a context there), which must run inside a scope whose
+/// reporter is installed; `None` until the allocator is initialized and a device is in use.
+pub(crate) fn allocator_reports() -> Option<bool> {
     static REPORTS: OnceLock<bool> = OnceLock::new();
     if let Some(&known) = REPORTS.get() {
         return Some(known);
@@ -182,8 +183,8 @@ pub(crate) fn allocator_reports(index: i32) -> Option<bool> {
     if !accelerator_initialized() {
         return None;
     }
-    let mut reported: c_int = 0;
-    // SAFETY: a device index that exists; a plain out-pointer.
-    ffi::check(unsafe { ffi::gs_probe_reports(index, &mut reported) }).ok()?;
-    Some(*REPORTS.get_or_init(|| reported != 0))
+    let mut reported: c_int = -1;
+    // SAFETY: a plain out-pointer.
+    ffi::check(unsafe { ffi::gs_probe_reports(&mut reported) }).ok()?;
+    (reported >= 0).then(|| *REPORTS.get_or_init(|| reported != 0))
 }
