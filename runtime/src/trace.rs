@@ -20,6 +20,10 @@ const NOT_USER: [&str; 14] = [
     "atg_",
 ];
 
+/// Files of libtorch's and the C++ library's headers: code inlined from them (a kernel
+/// wrapper's `operator()`) is not the user's either, whatever its name.
+const NOT_USER_FILES: [&str; 4] = ["/ATen/", "/c10/", "/torch/csrc/", "/include/c++/"];
+
 /// Marks of gpu-scope's own frames: the capture, the hook that took it and the shim's
 /// allocator wrapper or reporter that called the hook.
 const OURS: [&str; 5] = [
@@ -57,10 +61,10 @@ pub(crate) fn format(mut bt: backtrace::Backtrace) -> String {
     let start = frames.iter().take(32).rposition(ours).map_or(0, |i| i + 1);
     let frames = &frames[start..];
     let mut out = String::new();
-    if let Some((name, at)) = frames
-        .iter()
-        .find(|(name, _)| !starts_with_any(name, &NOT_USER))
-    {
+    let users = |(name, at): &&(String, String)| {
+        !starts_with_any(name, &NOT_USER) && !NOT_USER_FILES.iter().any(|f| at.contains(f))
+    };
+    if let Some((name, at)) = frames.iter().find(users) {
         let _ = writeln!(out, "allocated in {name} {at}");
     }
     for (i, (name, at)) in frames.iter().enumerate() {
