@@ -42,7 +42,11 @@ pub fn gpu_scope(args: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro]
 pub fn scope(input: TokenStream) -> TokenStream {
     expand_block::expand(input.into())
-        .unwrap_or_else(syn::Error::into_compile_error)
+        .unwrap_or_else(|e| {
+            // Several `compile_error!`s in a row are no expression: a block holds them all.
+            let errors = e.into_compile_error();
+            quote::quote!({ #errors })
+        })
         .into()
 }
 
