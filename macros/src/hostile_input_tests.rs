@@ -183,6 +183,7 @@ fn every_documented_form_is_accepted() {
         "{ 1 },",
         "name = \"x\", { 1 },",
         "keep = [self.cache, &x, *y], { 1 }",
+        "keep = [a.b[0].0, &mut x, *c.borrow(), (y), &(self.z)], { 1 }",
         "keep = [], keep_grad = false, { 1 }",
     ];
     let wrong: Vec<_> = blocks
@@ -211,6 +212,18 @@ fn malformed_blocks() {
             Some(","),
             "expected `=`: write `name = \"step\"`",
         ),
+        (
+            "keep = [c.len()], { 1 }",
+            Some("c.len()"),
+            "`keep` takes places",
+        ),
+        (
+            "keep = [x, &c.len()], { 1 }",
+            Some("&c.len()"),
+            "takes places",
+        ),
+        ("keep = [1], { 1 }", Some("1"), "takes places"),
+        ("keep = [f().x], { 1 }", Some("f().x"), "takes places"),
         ("keep = [1 +], { 1 }", Some("]"), "expected an expression"),
         ("keep = [], keep = [], { 1 }", Some("keep"), "given twice"),
         (

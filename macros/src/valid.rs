@@ -59,6 +59,17 @@ pub(crate) fn validate_fn(scoped: &ScopedFn) -> syn::Result<()> {
 pub(crate) fn validate_block(scoped: &ScopedBlock) -> syn::Result<()> {
     let mut errors = Errors(None);
     validate_options(&scoped.options, &mut errors);
+    for entry in scoped.options.keep.iter().flat_map(|k| &k.value) {
+        if !is_place(entry) {
+            errors.push_spanned(
+                entry,
+                "`keep` takes places: variables or fields (`cache`, `self.cache`, `*cache_ref`, \
+                 `&x`), not a value computed here; keep the variable or field that holds the \
+                 tensors, or bind the value first (`let kept = ...;` before `scope!`) and write \
+                 `keep = [kept]`",
+            );
+        }
+    }
     AwaitFinder(&mut errors).visit_block(&scoped.block);
     errors.finish()
 }
@@ -96,6 +107,20 @@ fn validate_options(options: &Options, errors: &mut Errors) {
              as \"1.5 GiB\"",
         ),
         _ => {}
+    }
+}
+
+/// A place expression (a variable, a field or element of a place, a dereference, or a borrow of
+/// one of these): what `keep` borrows after the block.
+fn is_place(expr: &Expr) -> bool {
+    match strip_parens(expr) {
+        Expr::Path(_) => true,
+        // `*cache_ref`, `*cache.borrow()`: a dereference is a place, whatever it dereferences.
+        Expr::Unary(e) => matches!(e.op, UnOp::Deref(_)),
+        Expr::Field(e) => is_place(&e.base),
+        Expr::Index(e) => is_place(&e.expr),
+        Expr::Reference(e) => is_place(&e.expr),
+        _ => false,
     }
 }
 

@@ -73,6 +73,17 @@ fn blocks(model: &mut Model) -> usize {
     )
 }
 
+// An element, a tuple field, what a borrow guard derefs to, and a `&mut` borrow.
+fn more_places() -> usize {
+    let list = vec![floats(1)];
+    let mut pair = (floats(1), floats(1));
+    let cell = std::cell::RefCell::new(vec![floats(1)]);
+    scope!(keep = [list[0], pair.0, *cell.borrow(), &mut pair.1], {
+        cell.borrow_mut().push(floats(1));
+        cell.borrow().len()
+    })
+}
+
 fn main() {
     let mut model = Model {
         name: "model".to_owned(),
@@ -90,6 +101,7 @@ fn main() {
     formatted_name_with_grad();
     without_grad();
     assert_eq!(blocks(&mut model), 3);
+    assert_eq!(more_places(), 2);
     assert!(model.last.is_none() && model.steps == 1);
     let _ = (Message::Text(String::new()), Message::Data(floats(1)));
 }
