@@ -67,11 +67,29 @@ const ITEM: &str = "fn f() -> u32 { 1 }";
 fn malformed_attribute_options() {
     let cases: &[(&str, Option<&str>, &str)] = &[
         ("bogus", Some("bogus"), "unknown option `bogus`"),
-        ("name", None, "expected `=`: write `name = \"step\"`"),
+        (
+            "name",
+            Some("name"),
+            "option `name` needs a value: write `name = \"step\"`",
+        ),
         (
             "device",
-            None,
-            "expected `=`: write `device = Device::Cuda(0)`",
+            Some("device"),
+            "option `device` needs a value: write `device = tch::Device::Cuda(0)`",
+        ),
+        (
+            "on_escape",
+            Some("on_escape"),
+            "needs a value: write `on_escape = panic | warn | error | ignore`",
+        ),
+        ("on_escape =", Some("on_escape"), "needs a value"),
+        ("release =, name = \"a\"", Some("release"), "needs a value"),
+        ("max_peak", Some("max_peak"), "needs a value"),
+        ("keep_grad =", Some("keep_grad"), "needs a value"),
+        (
+            "name \"x\"",
+            Some("\"x\""),
+            "expected `=`: write `name = \"step\"`",
         ),
         ("max_peak = \"-1 MiB\"", Some("\"-1 MiB\""), "is negative"),
         (
@@ -79,7 +97,7 @@ fn malformed_attribute_options() {
             Some("\"1.5 B\""),
             "not a whole number of bytes",
         ),
-        ("name =", None, "unexpected end of input"),
+        ("name =", Some("name"), "option `name` needs a value"),
         (
             "on_escape = explode",
             Some("explode"),
@@ -109,7 +127,7 @@ fn malformed_attribute_options() {
         (", name = \"a\"", Some(","), "unknown option"),
         ("keep = [x]", Some("keep"), "for `scope!` only"),
         ("= 1", Some("="), "unknown option"),
-        ("device =", None, "unexpected end of input"),
+        ("device =", Some("device"), "option `device` needs a value"),
         ("keep_grad = yes", Some("yes"), "`keep_grad = true | false`"),
         ("keep_grad = 1", Some("1"), "`keep_grad = true | false`"),
         ("max_peak = -1", Some("-1"), "cannot be negative"),
@@ -209,9 +227,11 @@ fn malformed_blocks() {
         ("x", None, "needs a block"),
         (
             "name, { 1 }",
-            Some(","),
-            "expected `=`: write `name = \"step\"`",
+            Some("name"),
+            "option `name` needs a value: write `name = \"step\"`",
         ),
+        ("on_escape = , { 1 }", Some("on_escape"), "needs a value"),
+        ("keep =, { 1 }", Some("keep"), "needs a value"),
         (
             "keep = [c.len()], { 1 }",
             Some("c.len()"),

@@ -108,7 +108,7 @@ impl Options {
         if look.peek(kw::name) {
             let key = input.parse::<kw::name>()?.span;
             set(&mut self.name, key, "name", || {
-                equals(input, "name = \"step\"")?;
+                equals(input, key, "name = \"step\"")?;
                 Ok(match input.parse::<Expr>()? {
                     Expr::Lit(syn::ExprLit {
                         lit: syn::Lit::Str(lit),
@@ -127,19 +127,23 @@ impl Options {
         } else if look.peek(kw::on_escape) {
             let key = input.parse::<kw::on_escape>()?.span;
             set(&mut self.on_escape, key, "on_escape", || {
-                equals(input, "on_escape = panic | warn | error | ignore")?;
+                equals(input, key, "on_escape = panic | warn | error | ignore")?;
                 parse_policy(input)
             })
         } else if look.peek(kw::release) {
             let key = input.parse::<kw::release>()?.span;
             set(&mut self.release, key, "release", || {
-                equals(input, "release = outermost | always | never | \"<size>\"")?;
+                equals(
+                    input,
+                    key,
+                    "release = outermost | always | never | \"<size>\"",
+                )?;
                 parse_release(input)
             })
         } else if look.peek(kw::max_peak) {
             let key = input.parse::<kw::max_peak>()?.span;
             set(&mut self.max_peak, key, "max_peak", || {
-                equals(input, "max_peak = \"1.5 GiB\"")?;
+                equals(input, key, "max_peak = \"1.5 GiB\"")?;
                 let value = input.parse::<Expr>()?;
                 // `max_peak = 1 KiB`: a unit after a number.
                 let unit = input.fork().parse::<syn::Ident>().ok();
@@ -167,6 +171,9 @@ impl Options {
                     return Ok(true);
                 }
                 input.parse::<Token![=]>()?;
+                if no_value(input) {
+                    return Err(needs_value(key, "keep_grad = true | false"));
+                }
                 let value: LitBool = input.parse().map_err(|e| {
                     syn::Error::new(e.span(), "write `keep_grad` or `keep_grad = true | false`")
                 })?;
@@ -175,13 +182,13 @@ impl Options {
         } else if look.peek(kw::device) {
             let key = input.parse::<kw::device>()?.span;
             set(&mut self.device, key, "device", || {
-                equals(input, "device = Device::Cuda(0)")?;
+                equals(input, key, "device = tch::Device::Cuda(0)")?;
                 input.parse()
             })
         } else if look.peek(kw::keep) {
             let key = input.parse::<kw::keep>()?.span;
             set(&mut self.keep, key, "keep", || {
-                equals(input, "keep = [cache, &x]")?;
+                equals(input, key, "keep = [cache, &x]")?;
                 if !input.peek(syn::token::Bracket) {
                     return Err(
                         input.error("expected a list in square brackets: `keep = [cache, &x]`")
@@ -300,11 +307,30 @@ fn size_literal(lit: &LitStr) -> syn::Result<u64> {
     })
 }
 
-/// The `=` after an option's name, or an error that shows the option written out.
-fn equals(input: ParseStream, example: &str) -> syn::Result<()> {
+/// The `=` after an option's name and the start of its value; else an error that shows the
+/// option written out (`example`), at the key when no value follows it.
+fn equals(input: ParseStream, key: Span, example: &str) -> syn::Result<()> {
     if input.peek(Token![=]) {
         input.parse::<Token![=]>()?;
-        return Ok(());
+    } else if !no_value(input) {
+        return Err(input.error(format!("expected `=`: write `{example}`")));
     }
-    Err(input.error(format!("expected `=`: write `{example}`")))
+    if no_value(input) {
+        return Err(needs_value(key, example));
+    }
+    Ok(())
+}
+
+/// Whether the option list ends here or the next option follows.
+fn no_value(input: ParseStream) -> bool {
+    input.is_empty() || input.peek(Token![,])
+}
+
+/// An option written without its value; `example` starts with the option's name.
+fn needs_value(key: Span, example: &str) -> syn::Error {
+    let name = example.split(' ').next().unwrap_or(example);
+    syn::Error::new(
+        key,
+        format!("option `{name}` needs a value: write `{example}`"),
+    )
 }
