@@ -91,6 +91,16 @@ fn malformed_attribute_options() {
             Some("\"x\""),
             "expected `=`: write `name = \"step\"`",
         ),
+        (
+            "device = \"cuda\"",
+            Some("\"cuda\""),
+            "write `device = tch::Device::Cuda(0)`",
+        ),
+        (
+            "device = 0",
+            Some("0"),
+            "`device` takes an expression of type `tch::Device`, not a literal",
+        ),
         ("max_peak = \"-1 MiB\"", Some("\"-1 MiB\""), "is negative"),
         (
             "max_peak = \"1.5 B\"",

@@ -183,7 +183,15 @@ impl Options {
             let key = input.parse::<kw::device>()?.span;
             set(&mut self.device, key, "device", || {
                 equals(input, key, "device = tch::Device::Cuda(0)")?;
-                input.parse()
+                match input.parse::<Expr>()? {
+                    // `device = "cuda"`: refused here rather than as a type error in our code.
+                    Expr::Lit(lit) => Err(syn::Error::new_spanned(
+                        lit,
+                        "`device` takes an expression of type `tch::Device`, not a literal: write \
+                         `device = tch::Device::Cuda(0)` (or `tch::Device::Cpu`)",
+                    )),
+                    expr => Ok(expr),
+                }
             })
         } else if look.peek(kw::keep) {
             let key = input.parse::<kw::keep>()?.span;
