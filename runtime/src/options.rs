@@ -104,7 +104,8 @@ impl ScopeOptions {
         self
     }
 
-    /// Fails the scope like an escape if its peak of live bytes goes over `bytes`;
+    /// Fails the scope like an escape if its peak of live bytes (the report's `peak`: the CPU
+    /// and every device together) goes over `bytes`;
     /// `u64::MAX` is no limit (the report's `max_peak` is then `None`).
     pub fn max_peak(mut self, bytes: u64) -> Self {
         self.max_peak = (bytes != u64::MAX).then_some(bytes);
