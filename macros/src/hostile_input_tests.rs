@@ -212,6 +212,7 @@ fn every_documented_form_is_accepted() {
         "name = \"x\", { 1 },",
         "keep = [self.cache, &x, *y], { 1 }",
         "keep = [a.b[0].0, &mut x, *c.borrow(), (y), &(self.z)], { 1 }",
+        "keep = [self.model().cache, s.borrow().cache[0], f().x, m!(s), *m.cache()], { 1 }",
         "keep = [], keep_grad = false, { 1 }",
     ];
     let wrong: Vec<_> = blocks
@@ -253,7 +254,12 @@ fn malformed_blocks() {
             "takes places",
         ),
         ("keep = [1], { 1 }", Some("1"), "takes places"),
-        ("keep = [f().x], { 1 }", Some("f().x"), "takes places"),
+        (
+            "keep = [m.cache()], { 1 }",
+            Some("m.cache()"),
+            "`*model.cache()`",
+        ),
+        ("keep = [a + b], { 1 }", Some("a + b"), "takes places"),
         ("keep = [1 +], { 1 }", Some("]"), "expected an expression"),
         ("keep = [], keep = [], { 1 }", Some("keep"), "given twice"),
         (

@@ -65,8 +65,8 @@ pub(crate) fn validate_block(scoped: &ScopedBlock) -> syn::Result<()> {
                 entry,
                 "`keep` takes places: variables or fields (`cache`, `self.cache`, `*cache_ref`, \
                  `&x`), not a value computed here; keep the variable or field that holds the \
-                 tensors, or bind the value first (`let kept = ...;` before `scope!`) and write \
-                 `keep = [kept]`",
+                 tensors (what a getter returns: `*model.cache()`), or bind the value first \
+                 (`let kept = ...;` before `scope!`) and write `keep = [kept]`",
             );
         }
     }
@@ -110,15 +110,16 @@ fn validate_options(options: &Options, errors: &mut Errors) {
     }
 }
 
-/// A place expression (a variable, a field or element of a place, a dereference, or a borrow of
-/// one of these): what `keep` borrows after the block.
+/// A place expression as Rust has them (a path, a field or element, a dereference, or a
+/// borrow of one of these): what `keep` borrows after the block. A field or element of a call
+/// is one too (`self.model().cache`, `state.borrow().cache`: the call's reference is
+/// dereferenced), and so, for all we can see, is a macro; a call, a literal or an operation
+/// on its own is a value computed after the block.
 fn is_place(expr: &Expr) -> bool {
     match strip_parens(expr) {
-        Expr::Path(_) => true,
-        // `*cache_ref`, `*cache.borrow()`: a dereference is a place, whatever it dereferences.
+        Expr::Path(_) | Expr::Field(_) | Expr::Index(_) | Expr::Macro(_) => true,
+        // `*cache_ref`, `*model.cache()`: a dereference is a place, whatever it dereferences.
         Expr::Unary(e) => matches!(e.op, UnOp::Deref(_)),
-        Expr::Field(e) => is_place(&e.base),
-        Expr::Index(e) => is_place(&e.expr),
         Expr::Reference(e) => is_place(&e.expr),
         _ => false,
     }

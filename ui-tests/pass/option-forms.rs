@@ -84,6 +84,35 @@ fn more_places() -> usize {
     })
 }
 
+// A field or element of what a call returns (a getter, a borrow guard), a getter's reference
+// dereferenced, and a macro.
+struct Holder {
+    inner: std::cell::RefCell<Inner>,
+}
+
+struct Inner {
+    cache: Vec<Tensor>,
+}
+
+impl Holder {
+    fn cache(&self) -> std::cell::Ref<'_, Vec<Tensor>> {
+        std::cell::Ref::map(self.inner.borrow(), |i| &i.cache)
+    }
+}
+
+macro_rules! cache_of {
+    ($h:expr) => {
+        $h.inner.borrow().cache
+    };
+}
+
+fn places_behind_calls(holder: &Holder) -> usize {
+    scope!(
+        keep = [holder.inner.borrow().cache, holder.cache()[0], *holder.cache(), cache_of!(holder)],
+        { holder.cache().len() }
+    )
+}
+
 fn main() {
     let mut model = Model {
         name: "model".to_owned(),
@@ -102,6 +131,12 @@ fn main() {
     without_grad();
     assert_eq!(blocks(&mut model), 3);
     assert_eq!(more_places(), 2);
+    let holder = Holder {
+        inner: std::cell::RefCell::new(Inner {
+            cache: vec![floats(1)],
+        }),
+    };
+    assert_eq!(places_behind_calls(&holder), 1);
     assert!(model.last.is_none() && model.steps == 1);
     let _ = (Message::Text(String::new()), Message::Data(floats(1)));
 }
