@@ -38,8 +38,8 @@ impl EscapePolicy {
 #[serde(rename_all = "lowercase")]
 pub enum ReleasePolicy {
     /// When the outermost scope of the thread ends, if it allocated on an accelerator and the
-    /// cache of some device (any: `emptyCache` empties them all) holds segments nothing uses
-    /// (default). A scope that allocated nothing on a device
+    /// cache of a device it allocated on holds segments nothing uses (default); `emptyCache`
+    /// then empties every device. A scope that allocated nothing on a device
     /// costs nothing here, and no `emptyCache` runs when it would give nothing back.
     Outermost,
     /// Whenever this scope ends (once a device has been used in the process), also when it

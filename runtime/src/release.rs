@@ -41,9 +41,10 @@ pub(crate) fn run(policy: ReleasePolicy, outermost: bool, used: &[DeviceId]) -> 
     let run = match policy {
         ReleasePolicy::Never => false,
         ReleasePolicy::Always => true,
-        // `emptyCache` empties every device: a device the scope did not use counts too (a
-        // request that computed on one device and unloaded a model on another).
-        ReleasePolicy::Outermost => all.iter().any(|d| releasable(d) > 0),
+        // Only what the scope's own devices can give back: `emptyCache` empties every device,
+        // and another device's cache may be kept warm on purpose (a thread serving there with
+        // `release = never`). A model unloaded elsewhere is what `always` and a size are for.
+        ReleasePolicy::Outermost => used.iter().any(|d| releasable(d) > 0),
         ReleasePolicy::Above(limit) => all.iter().any(|d| releasable(d) > limit),
     };
     if !run {

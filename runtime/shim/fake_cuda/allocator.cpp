@@ -480,6 +480,10 @@ void FakeCachingAllocator::init() {
 
 bool FakeCachingAllocator::initialized() { return initialized_.load(std::memory_order_acquire); }
 
+bool FakeCachingAllocator::has_context(c10::DeviceIndex index) const {
+  return index >= 0 && context_[static_cast<size_t>(index)].load(std::memory_order_acquire);
+}
+
 // NativeCachingAllocator::assertValidDevice: the index is a c10::DeviceIndex (int8_t), so it
 // prints as a character; device 0 prints a NUL byte.
 DeviceCache* FakeCachingAllocator::device(c10::DeviceIndex index) {
@@ -498,6 +502,7 @@ c10::DataPtr FakeCachingAllocator::allocate(size_t n) {
   // Like the real allocate(): a zero-byte request touches no block and reports nothing.
   if (n == 0) return {nullptr, nullptr, &raw_delete, where};
   init();
+  context_[static_cast<size_t>(index)].store(true, std::memory_order_release);
   Block* block = devices_[static_cast<size_t>(index)]->malloc(n);
   {
     auto& live = live_blocks();

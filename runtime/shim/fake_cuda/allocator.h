@@ -4,6 +4,7 @@
 
 #include <c10/core/CachingDeviceAllocator.h>
 
+#include <array>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -41,6 +42,9 @@ class FakeCachingAllocator final : public c10::DeviceAllocator {
   bool attach_tracker(c10::CachingDeviceAllocator::AllocatorTraceTracker tracker);
   // The device of a live allocation, if this allocator made it.
   std::optional<c10::DeviceIndex> device_of(const void* ptr);
+  // Whether `index` has a context: the real driver makes one at a device's first use (its
+  // first allocation here), and never on a device the process did not touch.
+  bool has_context(c10::DeviceIndex index) const;
 
   // The DataPtr deleter: frees on whichever thread drops the last reference.
   static void raw_delete(void* ptr);
@@ -51,6 +55,7 @@ class FakeCachingAllocator final : public c10::DeviceAllocator {
   std::once_flag init_once_;
   std::atomic<bool> initialized_{false};
   std::vector<std::unique_ptr<DeviceCache>> devices_;  // filled once, by init()
+  std::array<std::atomic<bool>, 128> context_{};       // per device index (an int8_t)
 };
 
 // The process's allocator. Never destroyed: tensors may be freed by static destructors.

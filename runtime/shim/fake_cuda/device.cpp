@@ -217,9 +217,10 @@ struct FakeCUDAHooks final : public at::CUDAHooksInterface {
   }
   void deviceSynchronize(c10::DeviceIndex /*device_index*/) const override {}
 
-  // The autograd engine asks before touching a device's streams.
+  // The autograd engine asks before touching a device's streams; gpu-scope's allocator probe
+  // asks which device the process already works on.
   bool hasPrimaryContext(c10::DeviceIndex device_index) const override {
-    return device_index >= 0 && device_index < device_count() && allocator().initialized();
+    return device_index < device_count() && allocator().has_context(device_index);
   }
 
   const at::Generator& getDefaultGenerator(c10::DeviceIndex device_index) const override {
