@@ -37,10 +37,10 @@ impl EscapePolicy {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ReleasePolicy {
-    /// When the outermost scope of the thread ends, if it allocated on an accelerator and the
-    /// cache of a device it allocated on holds segments nothing uses (default); `emptyCache`
-    /// then empties every device. A scope that allocated nothing on a device
-    /// costs nothing here, and no `emptyCache` runs when it would give nothing back.
+    /// When the outermost scope of the thread ends, if the cache of a device it allocated on
+    /// holds segments nothing uses (default); `emptyCache` then empties every device. A scope
+    /// that allocated nothing on a device costs nothing here, and no `emptyCache` runs when it
+    /// would give nothing back.
     Outermost,
     /// Whenever this scope ends (once a device has been used in the process), also when it
     /// only freed device memory (a scope that unloads a model). `emptyCache` is slow: avoid on
