@@ -5,7 +5,9 @@
 mod common;
 
 use common::{child, escaped, in_child, strict};
-use gpu_scope::{memory_stats, scope, DeviceId, HeldBy, ReleasePolicy, ScopeOptions};
+use gpu_scope::{
+    memory_stats, scope, DeviceId, DeviceReport, HeldBy, ReleasePolicy, ScopeOptions, ScopeReport,
+};
 use std::sync::Mutex;
 use tch::nn::{self, Module};
 use tch::{Device, Kind, Tensor};
@@ -31,6 +33,13 @@ fn fake() -> bool {
 
 fn floats(n: i64, device: usize) -> Tensor {
     Tensor::zeros([n], (Kind::Float, Device::Cuda(device)))
+}
+
+/// The report's row for the device libtorch names `name` (`cuda:1`).
+fn row<'a>(r: &'a ScopeReport, name: &str) -> &'a DeviceReport {
+    (r.devices.iter())
+        .find(|d| d.device.is_some_and(|x| x.to_string() == name))
+        .unwrap_or_else(|| panic!("no {name} row: {r}"))
 }
 
 #[cfg(feature = "fake-cuda")]
@@ -184,11 +193,7 @@ fn a_release_reports_what_every_device_gave_back() {
     drop(floats(8 << 20, 1));
     assert!(memory_stats(Device::Cuda(1)).unwrap().releasable >= 32 << 20);
     let (_, r) = scope(strict("only-cuda0"), || drop(floats(8 << 20, 0))).unwrap();
-    let other = r
-        .devices
-        .iter()
-        .find(|d| d.device.is_some_and(|x| x.to_string() == "cuda:1"))
-        .unwrap_or_else(|| panic!("no cuda:1 row: {r}"));
+    let other = row(&r, "cuda:1");
     assert!(other.cache_released >= 32 << 20, "{r}");
     assert_eq!(other.allocations, 0, "{r}");
     let rows: u64 = r.devices.iter().map(|d| d.cache_released).sum();
@@ -224,10 +229,7 @@ fn the_default_release_leaves_the_cache_of_a_device_the_scope_did_not_allocate_o
             assert!(releasable >= 32 << 20, "cuda:1's cache kept: {r}");
         } else {
             assert!(r.released, "{r}");
-            let row = (r.devices.iter())
-                .find(|d| d.device.is_some_and(|x| x.to_string() == "cuda:1"))
-                .unwrap_or_else(|| panic!("no cuda:1 row: {r}"));
-            assert!(row.cache_released >= 32 << 20, "{r}");
+            assert!(row(&r, "cuda:1").cache_released >= 32 << 20, "{r}");
             assert_eq!(releasable, 0);
         }
     }
@@ -264,16 +266,10 @@ fn reports_and_release_are_per_device() {
         "{r}"
     );
     assert_eq!(r.escaped[0].device.to_string(), "cuda:1");
-    let row = |name: &str| {
-        r.devices
-            .iter()
-            .find(|d| d.device.is_some_and(|x| x.to_string() == name))
-            .unwrap()
-    };
-    assert_eq!(row("cuda:1").escaped, 512);
-    assert_eq!(row("cuda:0").escaped, 0);
-    assert!(row("cuda:0").cache_released >= 32 << 20, "{r}");
-    assert!(row("cuda:1").cache_released >= 32 << 20, "{r}");
+    assert_eq!(row(&r, "cuda:1").escaped, 512);
+    assert_eq!(row(&r, "cuda:0").escaped, 0);
+    assert!(row(&r, "cuda:0").cache_released >= 32 << 20, "{r}");
+    assert!(row(&r, "cuda:1").cache_released >= 32 << 20, "{r}");
     let reserved = |d| memory_stats(Device::Cuda(d)).unwrap().reserved;
     assert_eq!(reserved(0), baseline[0]);
     assert_eq!(
