@@ -108,3 +108,62 @@ fn an_arc_the_caller_gave_away_and_the_body_stashed() {
     assert_eq!(cache.lock().unwrap().len(), 1);
     STASH.lock().unwrap().clear();
 }
+
+/// libtorch's intra-op workers (OpenMP's, under `parallel_for`) do not inherit a scope (they
+/// carry no thread-local state), and by libtorch's rule make no tensors: operators that split
+/// their work across them make the same blocks, all seen, with one intra-op thread or two (a
+/// block made on a worker would be missing from the second count), and what one of them
+/// leaves behind is caught. (Operators that take another path for two threads, such as `masked_select`,
+/// `upsample_bilinear2d` and `sum`, whose per-thread buffers the calling thread makes, are
+/// left out: their counts differ by design.)
+#[test]
+fn intra_op_threads_hide_nothing() {
+    let _serial = common::serial();
+    let f = (tch::Kind::Float, tch::Device::Cpu);
+    let long = (tch::Kind::Int64, tch::Device::Cpu);
+    let images = Tensor::randn([32, 3, 64, 64], f);
+    let filters = Tensor::randn([16, 3, 3, 3], f);
+    let m = Tensor::randn([512, 512], f);
+    let v = Tensor::randn([1 << 20], f);
+    let idx = Tensor::randint(1000, [100_000], long);
+    let ops: [(&str, &dyn Fn() -> Tensor); 9] = [
+        ("conv2d", &|| {
+            images.conv2d(&filters, None::<Tensor>, [1, 1], [1, 1], [1, 1], 1)
+        }),
+        ("max_pool2d", &|| {
+            images.max_pool2d([2, 2], [2, 2], [0, 0], [1, 1], false)
+        }),
+        ("sort", &|| m.sort(1, false).0),
+        ("topk", &|| m.topk(10, 1, true, true).0),
+        ("index_select", &|| v.index_select(0, &idx)),
+        ("group_norm", &|| {
+            images.group_norm(3, None::<Tensor>, None::<Tensor>, 1e-5, false)
+        }),
+        ("softmax", &|| m.softmax(1, tch::Kind::Float)),
+        ("cdist", &|| Tensor::cdist(&m, &m, 2.0, None)),
+        ("matmul", &|| m.matmul(&m)),
+    ];
+    let seen = |threads: i32| -> Vec<(u64, u64)> {
+        tch::set_num_threads(threads);
+        let counts = ops.iter().map(|(name, op)| {
+            let (_, report) = scope(strict(name), op).unwrap();
+            (report.allocations, report.allocated)
+        });
+        counts.collect()
+    };
+    let (one, two) = (seen(1), seen(2));
+    let leaked = escaped(scope(strict("leak"), || {
+        GLOBAL.lock().unwrap().push(m.softmax(1, tch::Kind::Float))
+    }));
+    tch::set_num_threads(1);
+    GLOBAL.lock().unwrap().clear();
+    for (((name, _), one), two) in ops.iter().zip(&one).zip(&two) {
+        assert!(one.0 > 0, "{name}: nothing seen");
+        assert_eq!(
+            one, two,
+            "{name}: (allocations, bytes) with 1 and 2 intra-op threads"
+        );
+    }
+    assert_eq!(leaked.escaped.len(), 1, "{leaked}");
+    assert_eq!(leaked.escaped[0].bytes, 512 * 512 * 4, "{leaked}");
+}

@@ -90,7 +90,8 @@ int device_index(c10::Device d) { return d.has_index() ? d.index() : -1; }
 // --- The reporter -------------------------------------------------------------------------
 
 // Receives the accelerator caching allocator's reports on a thread inside a scope (and on the
-// intra-op and autograd threads that inherit its debug info). libtorch's profiler code
+// threads that inherit its debug info with libtorch's thread-local state: autograd's,
+// at::launch's; parallel_for's workers carry none). libtorch's profiler code
 // static_casts whatever sits in the PROFILER_STATE slot to ProfilerStateBase, so the reporter is
 // one, with a disabled configuration: code asking whether a profiler runs is told no, and a
 // profiler asked to start while the reporter holds the slot refuses cleanly ("already enabled")
@@ -135,7 +136,7 @@ Reporter* as_reporter(c10::DebugInfoBase* info) {
 }
 
 // Whose scope an allocation on this thread belongs to: the thread's own, or that of the thread
-// whose reporter it inherited (intra-op and autograd threads).
+// whose reporter it inherited (autograd's and at::launch's threads).
 const void* current_owner() {
   if (thread_owner != nullptr) return thread_owner;
   Reporter* r = as_reporter(slot());

@@ -10,8 +10,8 @@ use std::cell::{Cell, RefCell};
 use std::sync::{Arc, Mutex};
 
 /// What a thread's allocations are charged to right now. The shim's reporter for the thread
-/// holds one (as a raw `Arc`), so that libtorch's intra-op and autograd threads, which inherit
-/// the reporter, charge the same frame.
+/// holds one (as a raw `Arc`), so that libtorch's threads that inherit the reporter with its
+/// thread-local state (autograd's, `at::launch`'s) charge the same frame.
 #[derive(Debug, Default)]
 pub(crate) struct Owner {
     current: Mutex<Option<Chain>>,
