@@ -4,7 +4,7 @@
 //! `keep_forever` takes memory out of every scope.
 mod common;
 
-use common::{adds_up, block, floats, on, strict};
+use common::{adds_up, block, escaped, floats, on, strict};
 use gpu_scope::{keep_forever, scope, HeldBy};
 use std::collections::LinkedList;
 use std::sync::{Arc, Mutex, RwLock};
@@ -110,6 +110,33 @@ fn sparse_and_mkldnn_tensors_are_kept_by_what_they_own() {
     .unwrap();
     assert!(report.is_clean(), "{report}");
     assert_eq!(report.kept, 32 + 32 + 32, "{report}");
+}
+
+/// A nested tensor owns its buffer and the tensors of its components' sizes, strides and
+/// offsets: kept, all are; left behind, all are escaped, by its operator (whose outputs'
+/// shapes attribution notes: a nested tensor has none, and is left without one).
+#[test]
+fn nested_tensors_are_kept_by_what_they_own() {
+    let shapes = Tensor::from_slice2(&[[2i64, 4], [3, 4]]);
+    let padded = Tensor::ones([2, 3, 4], (Kind::Float, Device::Cpu));
+    let nested = || Tensor::internal_nested_from_padded(&padded, &shapes, false);
+    let (kept, report) = scope(strict("nested"), nested).unwrap();
+    assert!(report.is_clean(), "{report}");
+    // The buffer (2 x 4 and 3 x 4 floats), its strides (2 x 2) and offsets (2); its sizes
+    // are `shapes`, made outside.
+    assert_eq!(report.kept, (8 + 12) * 4 + 32 + 16, "{report}");
+    drop(kept);
+    static SINK: std::sync::Mutex<Vec<Tensor>> = std::sync::Mutex::new(Vec::new());
+    let report = escaped(scope(strict("nested-leak"), || {
+        SINK.lock().unwrap().push(nested())
+    }));
+    SINK.lock().unwrap().clear();
+    assert_eq!(report.escaped_bytes, (8 + 12) * 4 + 32 + 16, "{report}");
+    let operator = Some("aten::_nested_from_padded");
+    assert!(
+        report.escaped.iter().all(|e| e.operator == operator),
+        "{report}"
+    );
 }
 
 #[test]

@@ -7,6 +7,7 @@
 #include "backend.h"
 
 #include <ATen/DeviceAccelerator.h>
+#include <ATen/NestedTensorImpl.h>
 #include <ATen/SequenceNumber.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/core/Tensor.h>
@@ -249,7 +250,8 @@ void note_outputs(const at::RecordFunction& fn) {
       for (const at::Tensor& t : v.toTensorVector()) tensors.push_back(t);
     }
     for (const at::Tensor& t : tensors) {
-      if (!t.defined() || !t.has_storage()) continue;
+      // A nested tensor has no single shape (its `sizes()` throws).
+      if (!t.defined() || !t.has_storage() || t.is_nested()) continue;
       auto sizes = t.sizes();
       gs_rust_note_tensor(t.storage().data_ptr().get(), static_cast<int>(t.device().type()),
                           device_index(t.device()), sizes.data(), sizes.size(),
@@ -319,6 +321,13 @@ void add_storage(const at::Tensor& t, Storages& out) {
       out.add(at::native::data_ptr_from_mkldnn(t), c10::Device(c10::kCPU));
       return;
     default:
+      if (t.is_nested()) {
+        // Its buffer, and the tensors that say where each component lies in it.
+        const at::native::NestedTensorImpl* nt = at::native::get_nested_tensor_impl(t);
+        add_storage(nt->get_nested_sizes(), out);
+        add_storage(nt->get_nested_strides(), out);
+        add_storage(nt->get_storage_offsets(), out);
+      }
       if (t.has_storage() && t.storage().data_ptr().get() != nullptr) {
         out.add(t.storage().data_ptr().get(), t.device());
       }
