@@ -307,6 +307,62 @@ fn a_mut_argument_the_return_value_borrows_is_named_not_inspected_not_escaped() 
     assert_eq!(report.kept, 48, "{report}");
 }
 
+/// A `&mut` argument whose lifetime is elided cannot be what a named lifetime of the return
+/// type borrows from: it is searched, and a leak beside it is an escape.
+#[gpu_scope(on_escape = error)]
+fn pick<'a>(x: &'a Tensor, cache: &mut Vec<Tensor>, leak: bool) -> Result<&'a Tensor, Error> {
+    cache.push(floats(3));
+    if leak {
+        SINK.lock().unwrap().push(floats(40));
+    }
+    Ok(x)
+}
+
+impl Memo {
+    #[gpu_scope(on_escape = error)]
+    fn pick<'a>(&mut self, x: &'a Tensor, scratch: &mut Vec<Tensor>) -> Result<&'a Tensor, Error> {
+        self.cache.insert("pick".to_owned(), floats(5));
+        scratch.push(floats(3));
+        Ok(x)
+    }
+
+    /// Named, the receiver's lifetime may be the return's: `self` is not searched, `scratch`
+    /// (elided) is.
+    #[gpu_scope(on_escape = panic)]
+    fn entry<'a>(&'a mut self, scratch: &mut Vec<Tensor>) -> &'a Tensor {
+        scratch.push(floats(3));
+        self.cache
+            .entry("entry".to_owned())
+            .or_insert_with(|| floats(5))
+    }
+}
+
+#[test]
+fn a_mut_argument_with_an_elided_lifetime_is_searched_beside_a_named_return() {
+    let _serial = common::serial();
+    let x = floats(1);
+    let mut cache = Vec::new();
+    assert_eq!(pick(&x, &mut cache, false).unwrap().size(), [1]);
+    let report = last_report().unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.kept, 12, "{report}");
+    let err = pick(&x, &mut cache, true).unwrap_err();
+    let report = err.report().unwrap();
+    assert_eq!(report.escaped_bytes, 160, "{report}");
+    SINK.lock().unwrap().clear();
+    let mut memo = Memo::default();
+    memo.pick(&x, &mut cache).unwrap();
+    let report = last_report().unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.kept, 20 + 12, "{report}");
+    assert_eq!(memo.entry(&mut cache).size(), [5]);
+    let report = last_report().unwrap();
+    assert_eq!(report.kept, 20 + 12, "{report}");
+    assert_eq!(report.uninspected_kept.len(), 1, "{report}");
+    assert!(report.uninspected_kept[0].starts_with("`self`"), "{report}");
+    assert_eq!(cache.len(), 4);
+}
+
 /// The report of a call that must have kept what it stored, and nothing else alive.
 fn kept(result: Result<(), Error>) -> ScopeReport {
     result.unwrap_or_else(|e| panic!("{e}"));

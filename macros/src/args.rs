@@ -3,7 +3,8 @@
 //! - Borrowed (`&T`, `&mut T`, `&self`, `self: &Arc<Self>`, `self: Pin<&mut Self>`, ...): the
 //!   caller's value; a root, searched after the body (one destructured in the signature is
 //!   bound whole and destructured in the body). A `&mut` one is left out when the return
-//!   type may borrow from it (it cannot be looked at while that borrow lives), and named as
+//!   type may borrow from it (it cannot be looked at while that borrow lives; one whose
+//!   lifetime is elided only a lifetime elided in the return type can borrow), and named as
 //!   not inspected, so that what the body stored in it is not called escaped. A shared one
 //!   (`&T`) was made before the scope: tch modules whose tensors are private to tch hold
 //!   nothing the scope made, unless reached through a cell or lock.
@@ -41,15 +42,37 @@ pub(crate) struct Args {
     pub unsearched: Vec<String>,
 }
 
+/// Which `&mut` arguments the return value may borrow from, by how their lifetime is written.
+#[derive(Clone, Copy)]
+struct Borrows {
+    /// A named one (`&'a mut T`): the return type may name it, or one it outlives.
+    named: bool,
+    /// An elided one (`&mut T`, `&'_ mut T`): nothing can name it, so only a lifetime the
+    /// return type leaves to elision (`&T`, `'_`) can be it, or `impl Trait`, which captures
+    /// every lifetime in scope.
+    elided: bool,
+}
+
+impl Borrows {
+    fn from(self, lifetime: Option<&syn::Lifetime>) -> bool {
+        match lifetime {
+            Some(l) if l.ident != "_" => self.named,
+            _ => self.elided,
+        }
+    }
+}
+
 /// Sorts the arguments; moves `mut` from owned bindings in the signature to their rebinding,
 /// and gives a pinned receiver the `mut` its reborrow needs.
 pub(crate) fn classify(sig: &mut Signature, body: &Block) -> Args {
-    let (may_borrow, from_self_only) = match &sig.output {
+    let (may_borrow, impl_trait, named, elided) = match &sig.output {
         ReturnType::Type(_, ty) => (
             types::may_borrow(ty),
-            !types::has_impl_trait(ty) && !types::has_named_lifetime(ty),
+            types::has_impl_trait(ty),
+            types::has_named_lifetime(ty),
+            types::has_elided_lifetime(ty),
         ),
-        ReturnType::Default => (false, false),
+        ReturnType::Default => (false, false, false, false),
     };
     // With a `&self` or `&mut self` receiver, a return type whose lifetimes are all elided
     // borrows from the receiver only (lifetime elision): the other arguments can be searched.
@@ -57,20 +80,30 @@ pub(crate) fn classify(sig: &mut Signature, body: &Block) -> Args {
         FnArg::Receiver(r) => matches!(types::strip_parens(&r.ty), Type::Reference(_)),
         FnArg::Typed(_) => false,
     });
-    let self_may_borrow = may_borrow;
-    let may_borrow = may_borrow && !(by_reference && from_self_only);
+    let receiver = Borrows {
+        named: may_borrow,
+        elided: impl_trait || elided,
+    };
+    let others = Borrows {
+        named: may_borrow && !(by_reference && !impl_trait && !named),
+        elided: impl_trait || (elided && !by_reference),
+    };
     let body = body.to_token_stream();
     let mut args = Args::default();
     for arg in sig.inputs.iter_mut() {
         match arg {
             FnArg::Receiver(r) => {
                 let this = r.self_token;
-                let may_borrow = self_may_borrow;
+                let lifetime = match types::strip_parens(&r.ty) {
+                    Type::Reference(t) => t.lifetime.as_ref(),
+                    _ => None,
+                };
+                let may_borrow = receiver.from(lifetime);
                 match types::receiver(&r.ty) {
                     Receiver::Borrowed { mutable } if !(mutable && may_borrow) => {
                         args.roots.push((quote!(#this), !mutable))
                     }
-                    Receiver::PinnedMut if !may_borrow => {
+                    Receiver::PinnedMut if !receiver.named => {
                         r.mutability.get_or_insert_with(Default::default);
                         args.pinned_self = Some(this);
                         args.roots.push((quote!(#this), false));
@@ -87,7 +120,7 @@ pub(crate) fn classify(sig: &mut Signature, body: &Block) -> Args {
             // An argument under `#[cfg]` may not exist: nothing generated may name it (it is
             // neither searched nor moved in).
             FnArg::Typed(pt) if pt.attrs.iter().any(|a| a.path().is_ident("cfg")) => {}
-            FnArg::Typed(pt) => typed(&mut pt.pat, &pt.ty, may_borrow, &body, &mut args),
+            FnArg::Typed(pt) => typed(&mut pt.pat, &pt.ty, others, &body, &mut args),
         }
     }
     args
@@ -100,13 +133,13 @@ fn borrowed_by_return(name: impl std::fmt::Display) -> String {
 
 /// Sorts one typed argument, or one element of a tuple argument destructured in the signature
 /// (`(x, cache): (&Tensor, &mut Vec<Tensor>)`), whose elements are sorted one by one.
-fn typed(pat: &mut Pat, ty: &Type, may_borrow: bool, body: &TokenStream, args: &mut Args) {
+fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, body: &TokenStream, args: &mut Args) {
     let ty = types::strip_parens(ty);
     if let (Pat::Tuple(pats), Type::Tuple(tys)) = (&mut *pat, ty) {
         let rest = pats.elems.iter().any(|p| matches!(p, Pat::Rest(_)));
         if !rest && pats.elems.len() == tys.elems.len() {
             for (pat, ty) in pats.elems.iter_mut().zip(&tys.elems) {
-                typed(pat, ty, may_borrow, body, args);
+                typed(pat, ty, borrows, body, args);
             }
             return;
         }
@@ -125,7 +158,7 @@ fn typed(pat: &mut Pat, ty: &Type, may_borrow: bool, body: &TokenStream, args: &
         // A named lifetime may have to outlive the body (stored in `self` or another argument):
         // such an argument moves into the body whole, as any owned one.
         let named = r.lifetime.as_ref().is_some_and(|l| l.ident != "_");
-        if may_borrow || named {
+        if named || borrows.from(r.lifetime.as_ref()) {
             args.unsearched.push(match named {
                 true => format!("`{name}` (an `Option<&mut _>` argument with a named lifetime)"),
                 false => borrowed_by_return(name),
@@ -146,7 +179,7 @@ fn typed(pat: &mut Pat, ty: &Type, may_borrow: bool, body: &TokenStream, args: &
     }
     match (ty, name) {
         (Type::Reference(r), Some(name)) => {
-            if r.mutability.is_some() && may_borrow {
+            if r.mutability.is_some() && borrows.from(r.lifetime.as_ref()) {
                 args.unsearched.push(borrowed_by_return(&name));
                 return;
             }
@@ -166,7 +199,9 @@ fn typed(pat: &mut Pat, ty: &Type, may_borrow: bool, body: &TokenStream, args: &
         }
         // `_` and `&x` (a `Copy` pointee) hold nothing the body could have stored.
         (Type::Reference(_), None) if matches!(pat, Pat::Wild(_) | Pat::Reference(_)) => {}
-        (Type::Reference(r), None) if r.mutability.is_some() && may_borrow => {
+        (Type::Reference(r), None)
+            if r.mutability.is_some() && borrows.from(r.lifetime.as_ref()) =>
+        {
             let pat = pat.to_token_stream().to_string();
             args.unsearched.push(borrowed_by_return(pat));
         }

@@ -75,6 +75,31 @@ pub(crate) fn may_borrow(ty: &Type) -> bool {
     f.0
 }
 
+/// Whether `ty` leaves a lifetime to elision: a reference without one, or `'_` (one elided
+/// inside a path, `View` for `View<'a>`, is not seen).
+pub(crate) fn has_elided_lifetime(ty: &Type) -> bool {
+    struct Finder(bool);
+    impl Visit<'_> for Finder {
+        fn visit_type_reference(&mut self, r: &TypeReference) {
+            self.0 |= r.lifetime.is_none();
+            syn::visit::visit_type_reference(self, r);
+        }
+        fn visit_lifetime(&mut self, l: &syn::Lifetime) {
+            self.0 |= l.ident == "_";
+        }
+        // A function pointer's or closure trait's own references are not the return's.
+        fn visit_type_bare_fn(&mut self, _: &syn::TypeBareFn) {}
+        fn visit_parenthesized_generic_arguments(
+            &mut self,
+            _: &syn::ParenthesizedGenericArguments,
+        ) {
+        }
+    }
+    let mut f = Finder(false);
+    f.visit_type(ty);
+    f.0
+}
+
 /// Whether a lifetime other than `'_` and `'static` occurs in `ty`.
 pub(crate) fn has_named_lifetime(ty: &Type) -> bool {
     struct Finder(bool);
