@@ -206,6 +206,33 @@ fn a_torchscript_model_from_outside_hides_no_leak() {
     SINK.lock().unwrap().clear();
 }
 
+/// TorchScript optimizes a method's graph at its first call and keeps the constants it folds
+/// for as long as the module lives (README, Limits): a first call inside a scope reports them
+/// escaped; after one call outside scopes, the calls inside are clean.
+#[test]
+fn torchscript_constants_folded_at_a_first_call_outside_scopes_stay_out_of_them() {
+    // A Linear, and `torch.arange(8, dtype=torch.float32) * 0.5 + 1.0` in `forward`. Made
+    // with PyTorch 2.11: torch.jit.script(m.eval()).save(path)
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/folded_constant.pt"
+    );
+    let x = Tensor::ones([3, 4], (tch::Kind::Float, Device::Cpu));
+    let cold = tch::CModule::load(path).unwrap();
+    let scope = Scope::enter(strict("first call")).unwrap();
+    let y = cold.forward_ts(&[&x]).unwrap();
+    let r = common::escaped(scope.exit(&(&cold, &y)));
+    assert!(r.escaped_bytes >= block(32), "the folded constant: {r}");
+    let warm = tch::CModule::load(path).unwrap();
+    drop(warm.forward_ts(&[&x]).unwrap());
+    for _ in 0..3 {
+        let scope = Scope::enter(strict("after a warm-up")).unwrap();
+        let y = warm.forward_ts(&[&x]).unwrap();
+        let r = scope.exit(&(&warm, &y)).unwrap();
+        assert!(r.is_clean(), "{r}");
+    }
+}
+
 /// A TorchScript model loaded inside the scope and handed back: its parameters are kept, its
 /// private buffers are not inspected (named), never escaped.
 #[test]
