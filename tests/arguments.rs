@@ -337,6 +337,42 @@ impl Memo {
     }
 }
 
+impl Memo {
+    /// `Cow<str>` without its lifetime borrows from `self` (elision), beside a named
+    /// lifetime: `self` is not searched (searching it would not compile).
+    #[allow(mismatched_lifetime_syntaxes)] // the elided form is the case
+    #[gpu_scope(on_escape = panic)]
+    fn labelled<'a>(&mut self, x: &'a Tensor) -> (&'a Tensor, std::borrow::Cow<str>) {
+        self.cache.insert("label".to_owned(), floats(2));
+        let label = self.cache.keys().next().unwrap();
+        (x, std::borrow::Cow::Borrowed(label))
+    }
+}
+
+/// The only lifetime to elide is `names`'s: `Cow<str>` borrows it.
+#[allow(mismatched_lifetime_syntaxes)] // the elided form is the case
+#[gpu_scope(on_escape = panic)]
+fn last_name(names: &mut Vec<String>) -> Result<std::borrow::Cow<str>, fn(&str) -> usize> {
+    names.push("last".to_owned());
+    Ok(std::borrow::Cow::Borrowed(names.last().unwrap()))
+}
+
+#[test]
+fn a_standard_borrowing_type_without_its_lifetime_is_seen_to_borrow() {
+    let mut memo = Memo::default();
+    let x = floats(1);
+    assert_eq!(memo.labelled(&x).1, "label");
+    let report = last_report().unwrap();
+    assert!(report.uninspected_kept[0].starts_with("`self`"), "{report}");
+    let mut names = Vec::new();
+    assert_eq!(last_name(&mut names).unwrap(), "last");
+    let report = last_report().unwrap();
+    assert!(
+        report.uninspected_kept[0].starts_with("`names`"),
+        "{report}"
+    );
+}
+
 #[test]
 fn a_mut_argument_with_an_elided_lifetime_is_searched_beside_a_named_return() {
     let _serial = common::serial();

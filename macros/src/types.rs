@@ -75,9 +75,18 @@ pub(crate) fn may_borrow(ty: &Type) -> bool {
     f.0
 }
 
-/// Whether `ty` leaves a lifetime to elision: a reference without one, or `'_` (one elided
-/// inside a path, `View` for `View<'a>`, is not seen).
+/// Whether `ty` leaves a lifetime to elision: a reference without one, `'_`, or one of the
+/// standard types that borrow (`Cow`, `Ref`, `MutexGuard`, ...) written without its lifetime.
+/// One elided inside any other path (`View` for `View<'a>`) is not seen (README, Limits).
 pub(crate) fn has_elided_lifetime(ty: &Type) -> bool {
+    const BORROWING: [&str; 6] = [
+        "Cow",
+        "Ref",
+        "RefMut",
+        "MutexGuard",
+        "RwLockReadGuard",
+        "RwLockWriteGuard",
+    ];
     struct Finder(bool);
     impl Visit<'_> for Finder {
         fn visit_type_reference(&mut self, r: &TypeReference) {
@@ -86,6 +95,16 @@ pub(crate) fn has_elided_lifetime(ty: &Type) -> bool {
         }
         fn visit_lifetime(&mut self, l: &syn::Lifetime) {
             self.0 |= l.ident == "_";
+        }
+        fn visit_path_segment(&mut self, s: &syn::PathSegment) {
+            let lifetime =
+                |a: &syn::GenericArgument| matches!(a, syn::GenericArgument::Lifetime(_));
+            self.0 |= BORROWING.iter().any(|b| s.ident == b)
+                && match &s.arguments {
+                    syn::PathArguments::AngleBracketed(a) => !a.args.iter().any(lifetime),
+                    _ => true,
+                };
+            syn::visit::visit_path_segment(self, s);
         }
         // A function pointer's or closure trait's own references are not the return's.
         fn visit_type_bare_fn(&mut self, _: &syn::TypeBareFn) {}
