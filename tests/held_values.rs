@@ -126,6 +126,16 @@ fn nested_tensors_are_kept_by_what_they_own() {
     // are `shapes`, made outside.
     assert_eq!(report.kept, (8 + 12) * 4 + 32 + 16, "{report}");
     drop(kept);
+    // A view of one (its components, one of them) keeps it whole.
+    let views: [fn(Tensor) -> Tensor; 2] = [|n| n.transpose(1, 2), |n| n.select(0, 1)];
+    for view in views {
+        let (_view, report) = scope(strict("nested view"), || view(nested())).unwrap();
+        assert!(report.is_clean(), "{report}");
+        // The base's, and a transpose's own sizes, strides and offsets.
+        assert!(report.kept >= (8 + 12) * 4 + 32 + 16, "{report}");
+    }
+    let (_parts, report) = scope(strict("nested parts"), || nested().unbind(0)).unwrap();
+    assert!(report.is_clean(), "{report}");
     static SINK: std::sync::Mutex<Vec<Tensor>> = std::sync::Mutex::new(Vec::new());
     let report = escaped(scope(strict("nested-leak"), || {
         SINK.lock().unwrap().push(nested())

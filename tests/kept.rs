@@ -222,7 +222,10 @@ fn torchscript_constants_folded_at_a_first_call_outside_scopes_stay_out_of_them(
     let scope = Scope::enter(strict("first call")).unwrap();
     let y = cold.forward_ts(&[&x]).unwrap();
     let r = common::escaped(scope.exit(&(&cold, &y)));
-    assert!(r.escaped_bytes >= 32, "the folded constant (on the CPU): {r}");
+    assert!(
+        r.escaped_bytes >= 32,
+        "the folded constant (on the CPU): {r}"
+    );
     let warm = tch::CModule::load(path).unwrap();
     drop(warm.forward_ts(&[&x]).unwrap());
     for _ in 0..3 {

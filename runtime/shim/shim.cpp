@@ -336,8 +336,11 @@ void add_storage(const at::Tensor& t, Storages& out) {
 
 // What a tensor keeps alive beside its own storages.
 void add_held(const at::Tensor& t, Storages& out) {
-  // A view keeps its base alive: a sparse tensor's `values()` keeps its indices.
-  if (t.is_view() && t._base().layout() != at::kStrided) add_storage(at::Tensor(t._base()), out);
+  // A view keeps its base alive: a sparse tensor's `values()` keeps its indices, a view of a
+  // nested tensor its sizes, strides and offsets.
+  if (t.is_view() && (t._base().layout() != at::kStrided || t._base().is_nested())) {
+    add_storage(at::Tensor(t._base()), out);
+  }
   // A per-channel quantized tensor's quantizer holds its scales and zero points.
   if (t.is_quantized() && (t.qscheme() == at::kPerChannelAffine ||
                            t.qscheme() == at::kPerChannelAffineFloatQParams)) {
