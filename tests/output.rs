@@ -176,6 +176,32 @@ fn the_policy_variable_is_honoured_and_a_bad_value_is_reported_once() {
     assert!(stderr.contains("GPU_SCOPE_OPERATORS=\"maybe\""), "{stderr}");
 }
 
+/// A bad value is reported at the first scope, whatever the scopes do: ones that name their
+/// policy and allocate nothing still read all three variables.
+#[test]
+fn bad_values_are_reported_at_the_first_scope() {
+    if in_child() {
+        for _ in 0..2 {
+            let opts = ScopeOptions::new("quiet").on_escape(EscapePolicy::Ignore);
+            scope(opts, || ()).unwrap();
+        }
+        return;
+    }
+    let names = [
+        "GPU_SCOPE_ON_ESCAPE",
+        "GPU_SCOPE_OPERATORS",
+        "GPU_SCOPE_BACKTRACE",
+    ];
+    let vars = names.map(|name| (name, "bogus"));
+    let out = child("bad_values_are_reported_at_the_first_scope", &vars);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    for name in names {
+        let said = format!("{name}=\"bogus\" is not one of");
+        assert_eq!(stderr.matches(&said).count(), 1, "{stderr}");
+    }
+}
+
 /// Keeping a tensor that has an autograd graph used to read `.grad` of non-leaf tensors,
 /// which makes libtorch warn on stderr at every exit.
 #[test]

@@ -78,6 +78,14 @@ pub(crate) fn escape_policy() -> Option<EscapePolicy> {
     *POLICY
 }
 
+/// Reads every variable now (the first scope's entry), so that a bad value is reported even
+/// where nothing would read it later (a policy named in code, a scope that allocates nothing).
+pub(crate) fn read_all() {
+    escape_policy();
+    LazyLock::force(&ATTRIBUTION);
+    backtraces();
+}
+
 /// Whether [`BACKTRACE_ENV`] is on.
 pub(crate) fn backtraces() -> bool {
     static ON: LazyLock<bool> = LazyLock::new(|| switch(BACKTRACE_ENV, false));

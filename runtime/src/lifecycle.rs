@@ -24,7 +24,11 @@ use crate::{ffi, grad, policy, sites, Error};
 use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
-static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
+/// When the first scope was entered, which reads the environment's configuration.
+static EPOCH: LazyLock<Instant> = LazyLock::new(|| {
+    crate::config::read_all();
+    Instant::now()
+});
 
 /// Where an open scope is while it runs on a thread.
 #[derive(Debug)]
