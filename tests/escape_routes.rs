@@ -113,9 +113,9 @@ fn an_arc_the_caller_gave_away_and_the_body_stashed() {
 /// carry no thread-local state), and by libtorch's rule make no tensors: operators that split
 /// their work across them make the same blocks, all seen, with one intra-op thread or two (a
 /// block made on a worker would be missing from the second count), and what one of them
-/// leaves behind is caught. (Operators that take another path for two threads, such as `masked_select`,
-/// `upsample_bilinear2d` and `sum`, whose per-thread buffers the calling thread makes, are
-/// left out: their counts differ by design.)
+/// leaves behind is caught. (Operators that take another path for two threads, such as
+/// `masked_select`, `upsample_bilinear2d` and `sum`, whose per-thread buffers the calling
+/// thread makes, are left out: their counts differ by design.)
 #[test]
 fn intra_op_threads_hide_nothing() {
     let _serial = common::serial();

@@ -98,12 +98,12 @@ pub(crate) fn classify(sig: &mut Signature, body: &Block) -> Args {
                     Type::Reference(t) => t.lifetime.as_ref(),
                     _ => None,
                 };
-                let may_borrow = receiver.from(lifetime);
+                let borrowed = receiver.from(lifetime);
                 match types::receiver(&r.ty) {
-                    Receiver::Borrowed { mutable } if !(mutable && may_borrow) => {
+                    Receiver::Borrowed { mutable } if !(mutable && borrowed) => {
                         args.roots.push((quote!(#this), !mutable))
                     }
-                    Receiver::PinnedMut if !receiver.named => {
+                    Receiver::PinnedMut if !may_borrow => {
                         r.mutability.get_or_insert_with(Default::default);
                         args.pinned_self = Some(this);
                         args.roots.push((quote!(#this), false));
