@@ -149,6 +149,62 @@ fn a_leak_next_to_a_training_step_is_found() {
     LEAKED.lock().unwrap().clear();
 }
 
+/// PyTorch's order, `zero_grad` last: the gradients are freed before the check, and the
+/// state the first step made (of their sizes) is held on purpose all the same; a leak beside
+/// it is still found.
+#[test]
+fn a_step_that_zeroes_its_gradients_last_holds_its_state_on_purpose() {
+    // LEAKED is shared: another test clearing it would free this one's leak.
+    let _serial = serial();
+    let mut s = setup(nn::Adam::default());
+    let mut step = |leak: bool| {
+        scope(strict("zero last").keep_grad_mode(true), || {
+            let loss = s.model.forward(&s.x).mse_loss(&s.y, Reduction::Mean);
+            loss.backward();
+            s.opt.step();
+            s.opt.zero_grad();
+            if leak {
+                LEAKED
+                    .lock()
+                    .unwrap()
+                    .push(Tensor::zeros([32], (Kind::Float, device())));
+            }
+        })
+        .map(|(_, r)| r)
+    };
+    let r = step(false).unwrap();
+    assert!(r.is_clean(), "{r}");
+    assert_eq!(r.held_by(HeldBy::OptimizerState), 2 * params(), "{r}");
+    assert_eq!(r.held_by(HeldBy::Gradient), 0, "{r}");
+    let r = escaped(step(true));
+    assert_eq!(r.escaped_bytes, block(128), "{r}");
+    LEAKED.lock().unwrap().clear();
+}
+
+/// The same inside an epoch scope: the step scope hands the gradients' sizes on, so the epoch
+/// scope's check holds the state too.
+#[test]
+fn an_epoch_around_steps_that_zero_their_gradients_last_is_clean() {
+    let mut s = setup(nn::Adam::default());
+    let (_, r) = scope(strict("epoch").keep_grad_mode(true), || {
+        for _ in 0..2 {
+            let (_, r) = scope(strict("zero last").keep_grad_mode(true), || {
+                s.model
+                    .forward(&s.x)
+                    .mse_loss(&s.y, Reduction::Mean)
+                    .backward();
+                s.opt.step();
+                s.opt.zero_grad();
+            })
+            .unwrap();
+            assert!(r.is_clean(), "{r}");
+        }
+    })
+    .unwrap();
+    assert!(r.is_clean(), "{r}");
+    assert_eq!(r.held_by(HeldBy::OptimizerState), 2 * params(), "{r}");
+}
+
 /// Gradient accumulation: backward in scopes of its own, then a step in another scope that
 /// keeps the optimizer. The state it makes on its first step has the size of the optimizer's
 /// variables, and is held on purpose; a leak beside a later step is still found.

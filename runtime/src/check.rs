@@ -40,7 +40,9 @@ impl<'a> Check<'a> {
             }),
         };
         let mut candidates: Vec<(Key, u64)> = Vec::new();
-        for key in ledger::entries_to_inspect(frame) {
+        let (keys, gradients) = ledger::entries_to_inspect(frame);
+        check.gradients = gradients;
+        for key in keys {
             let Some((bytes, asked, made)) =
                 ledger::with_entry(key, |e| (e.bytes, e.asked(), e.made))
             else {

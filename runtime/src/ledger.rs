@@ -15,7 +15,7 @@
 //! shard's lock and the locks of its chain's frames.
 use crate::device::DeviceId;
 use crate::report::HeldBy as Held;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use smallvec::SmallVec;
 use std::cell::{Cell, RefCell};
 use std::collections::hash_map;
@@ -278,8 +278,10 @@ pub(crate) struct FrameState {
     pub stats: Stats,
     /// Entries this frame owns.
     keys: Owned,
-    /// Some allocation was made during a backward pass (the check then looks for gradients).
-    pub saw_backward: bool,
+    /// The requested sizes of the blocks made during a backward pass that it owned, and those
+    /// of the frames that closed into it: gradients, freed since or not (an optimizer's state,
+    /// made beside them, has their sizes; `zero_grad` may have freed them before the check).
+    pub gradients: FxHashSet<(DeviceId, u64)>,
     /// Blocks charged to it that `keep_forever` took out of tracking while it was open.
     forever: Vec<(DeviceId, u64)>,
     /// The frames it was opened in, kept when its level was taken off the thread's stack by
@@ -356,7 +358,7 @@ impl Frame {
         debug_assert!(state.keys.is_empty() && state.parked.is_empty());
         state.stats.total = Counters::default();
         state.stats.devices.clear();
-        state.saw_backward = false;
+        state.gradients.clear();
         state.parked_in = None;
         state.closed_into = None;
         *inner.flags.get_mut() = 0;
@@ -668,7 +670,9 @@ pub(crate) fn record_alloc(chain: Chain, key: Key, mut entry: Entry) -> bool {
         if owner.is_none() {
             owner = Some(at);
             entry.slot = state.keys.add(key);
-            state.saw_backward |= entry.made.backward;
+            if entry.made.backward {
+                state.gradients.insert((key.1, requested));
+            }
         }
         state.stats.both(key.1, |c| c.alloc(bytes, requested));
     }
@@ -892,14 +896,16 @@ pub(crate) struct Closed {
 }
 
 /// The live entries of a frame, when the check must look at them before closing it: some
-/// were made during a backward pass or on an accelerator. Otherwise none.
-pub(crate) fn entries_to_inspect(frame: &Frame) -> Vec<Key> {
+/// were made during a backward pass or on an accelerator. Otherwise none. Also the sizes of
+/// the gradients made in it.
+pub(crate) fn entries_to_inspect(frame: &Frame) -> (Vec<Key>, FxHashSet<(DeviceId, u64)>) {
     let state = frame.lock();
     let accelerator = state.stats.devices.iter().any(|(d, _)| !d.is_cpu());
-    if !state.saw_backward && !accelerator {
-        return Vec::new();
+    if state.gradients.is_empty() && !accelerator {
+        return Default::default();
     }
-    state.keys.iter().map(|(_, key)| key).collect()
+    let keys = state.keys.iter().map(|(_, key)| key).collect();
+    (keys, state.gradients.clone())
 }
 
 /// Reads one entry.
@@ -916,7 +922,7 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
     if frame.noted(PARKED) {
         end_parked(frame, enclosing, &mut closed.ended_inside);
     }
-    let (keys, saw_backward, late) = {
+    let (keys, gradients, late) = {
         let mut state = frame.lock();
         if !state.open {
             return closed;
@@ -936,7 +942,8 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
             true => Vec::new(),
             false => std::mem::take(&mut state.parked),
         };
-        (std::mem::take(&mut state.keys), state.saw_backward, late)
+        let gradients = std::mem::take(&mut state.gradients);
+        (std::mem::take(&mut state.keys), gradients, late)
     };
     if !late.is_empty() {
         // Parked while `end_parked` above ran (on another thread): they end into where this
@@ -947,6 +954,13 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
     if flags != 0 {
         if let Some(enclosing) = enclosing.and_then(|c| c.first()) {
             enclosing.note(flags);
+        }
+    }
+    if !gradients.is_empty() {
+        // The enclosing scope's check looks for them too, whether this frame's blocks
+        // are alive or not.
+        if let Some(chain) = enclosing.and_then(open_chain) {
+            chain[0].lock().gradients.extend(gradients);
         }
     }
     if keys.is_empty() {
@@ -1009,11 +1023,6 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
     }
     drop(keys);
     if let Some(chain) = enclosing {
-        if saw_backward {
-            // Gradients handed on are looked for again when the enclosing scope is checked
-            // (an optimizer's state, made beside them, has their sizes).
-            chain[0].lock().saw_backward = true;
-        }
         for key in charged_later {
             let mut map = shard(key);
             let hash_map::Entry::Occupied(mut slot) = map.entry(key) else {
