@@ -241,3 +241,35 @@ async fn carried_work_counts_in_the_async_scopes_around() {
     );
     assert_eq!(on(&report).allocated, block(400), "{report}");
 }
+
+#[gpu_scope(keep_grad, on_escape = error)]
+async fn graph_across_a_suspension(w: &Tensor) -> Result<Tensor, Error> {
+    // tanh saves its output for backward, in the first poll.
+    let t = (w * 2.0).tanh();
+    tokio::task::yield_now().await;
+    Ok(t.sum(tch::Kind::Float))
+}
+
+/// An async scope's graph made in an earlier poll still holds what it saved: a scope that
+/// moved between polls counts every graph a kept tensor has as its own (on one thread too,
+/// where autograd's node numbers at its later polls are past the graph's).
+#[test]
+fn a_graph_made_before_a_suspension_holds_what_it_saved() {
+    use std::future::Future;
+    common::device();
+    let w = Tensor::randn([8, 8], (tch::Kind::Float, common::device())).set_requires_grad(true);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let mut f = Box::pin(graph_across_a_suspension(&w));
+    let out = loop {
+        if let std::task::Poll::Ready(out) = f.as_mut().poll(&mut cx) {
+            break out.unwrap();
+        }
+    };
+    let report = gpu_scope::last_report().unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert!(
+        report.held_by(gpu_scope::HeldBy::AutogradGraph) >= block(8 * 8 * 4),
+        "{report}"
+    );
+    drop(out);
+}

@@ -321,6 +321,39 @@ fn a_graph_made_outside_hides_no_leak() {
     LEAKED.lock().unwrap().clear();
 }
 
+/// A step that trains a head on features whose graph was made before it (an encoder run
+/// outside): that graph saved nothing the step made, so a leak beside the step is an escape,
+/// not `autograd graph`, though the step made a graph of its own.
+#[test]
+fn a_graph_made_before_a_training_step_hides_no_leak_in_it() {
+    // LEAKED is shared: another test clearing it would free this one's leak.
+    let _serial = serial();
+    let mut s = setup(nn::Adam::default());
+    let encoder = Tensor::randn([16, 16], (Kind::Float, device())).set_requires_grad(true);
+    let mut step = |leak: bool| {
+        let feats = s.x.matmul(&encoder).tanh();
+        let step = Scope::enter(strict("head step").keep_grad_mode(true)).unwrap();
+        s.opt.zero_grad();
+        let loss = s.model.forward(&feats).mse_loss(&s.y, Reduction::Mean);
+        s.opt.backward_step(&loss);
+        drop(loss);
+        if leak {
+            LEAKED
+                .lock()
+                .unwrap()
+                .push(Tensor::zeros([32], (Kind::Float, device())));
+        }
+        // The features are the caller's: handed back, with their graph.
+        step.exit(&feats)
+    };
+    let r = step(false).unwrap();
+    assert!(r.is_clean(), "{r}");
+    let r = escaped(step(true));
+    assert_eq!(r.escaped_bytes, block(128), "{r}");
+    assert_eq!(r.held_by(HeldBy::AutogradGraph), 0, "{r}");
+    LEAKED.lock().unwrap().clear();
+}
+
 /// A scope that builds a graph and hands back a tensor that has it: what the graph saved (and
 /// nothing else keeps) is held by it, not escaped (README, Limits).
 #[test]

@@ -19,6 +19,7 @@
 #include <c10/core/GradMode.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
 #include <caffe2/core/common.h>
+#include <torch/csrc/autograd/function.h>
 #include <torch/csrc/profiler/orchestration/observer.h>
 
 #include <atomic>
@@ -471,6 +472,16 @@ int gs_set_grad_enabled(int enabled, int* previous) noexcept {
 }
 
 uint64_t gs_graph_nodes(void) noexcept { return at::sequence_number::peek(); }
+
+uint64_t gs_thread_id(void) noexcept { return at::RecordFunction::currentThreadId(); }
+
+int gs_tensor_graph(const void* tensor, uint64_t* thread, uint64_t* node) noexcept {
+  return protect([&] {
+    const auto& fn = static_cast<const at::Tensor*>(tensor)->grad_fn();
+    *thread = fn ? fn->thread_id() : 0;
+    *node = fn ? fn->sequence_nr() : UINT64_MAX;
+  });
+}
 
 int gs_tensor_storages(const void* tensor, gs_storage* out, size_t cap, size_t* n,
                        int* flags) noexcept {

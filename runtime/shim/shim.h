@@ -64,6 +64,10 @@ int gs_set_grad_enabled(int enabled, int* previous) GS_NOEXCEPT;
 // How many autograd graph nodes this thread has made: unchanged over a span of code, it made
 // no graph that could hold tensors.
 uint64_t gs_graph_nodes(void) GS_NOEXCEPT;
+// The thread's id as autograd's nodes record it (at::RecordFunction::currentThreadId).
+uint64_t gs_thread_id(void) GS_NOEXCEPT;
+// The thread that made a tensor's grad_fn and its sequence number there (UINT64_MAX: none).
+int gs_tensor_graph(const void* tensor, uint64_t* thread, uint64_t* node) GS_NOEXCEPT;
 // The storages a tensor owns, whatever its layout (dense, sparse, MKLDNN), and its gradient's;
 // at most `cap` in `out`, their number in *n.
 int gs_tensor_storages(const void* tensor, gs_storage* out, size_t cap, size_t* n,

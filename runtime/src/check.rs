@@ -17,8 +17,8 @@ pub(crate) struct Check<'a> {
     gradients: FxHashSet<(DeviceId, u64)>,
     /// autocast's cached casts that clearing its cache freed.
     autocast: Vec<(HeldBy, DeviceId, u64)>,
-    /// Autograd graph nodes were made while the scope ran: a kept tensor's graph may hold
-    /// some of its allocations. Otherwise no graph can hold them.
+    /// Autograd graph nodes were made while the scope ran, and a kept tensor has a graph not
+    /// made before the scope: it may hold some of its allocations. Otherwise no graph can.
     graph: bool,
     /// Kept values that could not be looked into: unkept memory must not be called escaped.
     pub uninspected: Vec<&'static str>,
@@ -28,13 +28,18 @@ impl<'a> Check<'a> {
     /// Looks at the frame's live allocations before it closes. Only when some accelerator
     /// allocation is not kept does it ask libtorch for its workspaces and clear autocast's
     /// cache (whose casts would otherwise outlive the scope).
-    pub(crate) fn prepare(frame: &Frame, kept: &'a StorageSet) -> Check<'a> {
+    /// `since`: the thread the scope was entered on and its count of autograd nodes then.
+    pub(crate) fn prepare(
+        frame: &Frame,
+        kept: &'a StorageSet,
+        since: Option<(u64, u64)>,
+    ) -> Check<'a> {
         let mut check = Check {
             kept,
             workspaces: FxHashMap::default(),
             gradients: FxHashSet::default(),
             autocast: Vec::new(),
-            graph: frame.noted(ledger::GRAPH),
+            graph: frame.noted(ledger::GRAPH) && kept.graph_since(since),
             uninspected: kept.blind_to(|key| {
                 ledger::with_entry(key, |e| e.charged_to_frame(frame)).unwrap_or(false)
             }),
@@ -92,7 +97,7 @@ impl Judge for Check<'_> {
             // The size of a gradient made here, or of a kept optimizer's variable (a step
             // whose backward ran in other scopes: gradient accumulation).
             Fate::Held(HeldBy::OptimizerState)
-        } else if self.kept.autograd_graph && self.graph {
+        } else if self.graph {
             Fate::Held(HeldBy::AutogradGraph)
         } else if !self.uninspected.is_empty() {
             Fate::Held(HeldBy::Uninspected)

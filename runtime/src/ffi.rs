@@ -36,6 +36,8 @@ extern "C" {
     fn gs_attach_tracker(attached: *mut c_int) -> c_int;
     pub(crate) fn gs_set_grad_enabled(enabled: c_int, previous: *mut c_int) -> c_int;
     fn gs_graph_nodes() -> u64;
+    fn gs_thread_id() -> u64;
+    fn gs_tensor_graph(tensor: *const c_void, thread: *mut u64, node: *mut u64) -> c_int;
     pub(crate) fn gs_tensor_storages(
         tensor: *const c_void,
         out: *mut Storage,
@@ -160,6 +162,22 @@ pub(crate) fn autocast_clear() -> bool {
 pub(crate) fn graph_nodes() -> u64 {
     // SAFETY: no arguments; reads a thread-local counter.
     unsafe { gs_graph_nodes() }
+}
+
+/// This thread's id as autograd's nodes record it.
+pub(crate) fn thread_id() -> u64 {
+    // SAFETY: no arguments; reads a thread-local id.
+    unsafe { gs_thread_id() }
+}
+
+/// The thread that made `tensor`'s autograd node and the node's number there (`graph_nodes`
+/// on that thread when it was made); `None` if it could not be read.
+pub(crate) fn tensor_graph(tensor: &tch::Tensor) -> Option<(u64, u64)> {
+    let (mut thread, mut node) = (0, 0);
+    // SAFETY: `as_ptr` points at the live `at::Tensor` that `tensor` owns; the shim only
+    // reads it.
+    let status = unsafe { gs_tensor_graph(tensor.as_ptr().cast(), &mut thread, &mut node) };
+    check(status).ok().map(|()| (thread, node))
 }
 
 /// Removes what `ops_begin` installed.

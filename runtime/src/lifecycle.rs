@@ -45,6 +45,8 @@ pub(crate) struct OpenScope {
     placed: Option<Placed>,
     /// It ran with operators and shapes attributed throughout.
     attributed: bool,
+    /// It was taken off its thread between polls (an async scope) at least once.
+    suspended: bool,
     closed: bool,
 }
 
@@ -62,6 +64,7 @@ impl OpenScope {
             opts,
             placed: None,
             attributed: true,
+            suspended: false,
             closed: false,
         };
         scope.place(true)?;
@@ -92,6 +95,7 @@ impl OpenScope {
     /// Takes the scope off its thread without ending it (an async scope between polls).
     pub(crate) fn suspend(&mut self) {
         if let Some(placed) = self.placed.take() {
+            self.suspended = true;
             // Scopes still open inside it leave first, giving back their modes.
             thread::pop(placed.token);
             if let Some(previous) = self.frame.take_grad() {
@@ -163,7 +167,7 @@ impl OpenScope {
         // closes it.
         let (mut untracked, mut uninspected) = (Vec::new(), Vec::new());
         let mut closed = if checked {
-            let mut check = Check::prepare(&self.frame, kept);
+            let mut check = Check::prepare(&self.frame, kept, self.graph_since(kept));
             let mut closed = ledger::close(&self.frame, enclosing.as_ref(), &check);
             closed.held.extend(check.autocast_freed());
             untracked = self.untracked(&closed);
@@ -194,6 +198,17 @@ impl OpenScope {
         }
         report::set_last(&report);
         report
+    }
+
+    /// Where the scope's own graphs begin, for a kept tensor's graph: this thread and its count
+    /// of autograd nodes at the entry, if the scope has run only here since.
+    fn graph_since(&self, kept: &StorageSet) -> Option<(u64, u64)> {
+        match &self.placed {
+            Some(p) if kept.autograd_graph && !self.suspended => {
+                thread::nodes_at(p.token).map(|nodes| (ffi::thread_id(), nodes))
+            }
+            _ => None,
+        }
     }
 
     /// Devices on which the scope could not see allocations.

@@ -489,8 +489,9 @@ impl fmt::Display for ScopeReport {
         if self.held_by(HeldBy::AutogradGraph) > 0 {
             writeln!(
                 f,
-                "  note: a kept tensor has an autograd graph; its saved tensors cannot be \
-                 listed, so unkept memory was counted under `autograd graph`, not as escaped"
+                "  note: a kept tensor has an autograd graph made in this scope; its saved \
+                 tensors cannot be listed, so unkept memory was counted under `autograd graph`, \
+                 not as escaped (hand back `.detach()`ed tensors, such as the loss, to check it)"
             )?;
         }
         // Memory counted as not inspected always comes with the values that made it so.

@@ -20,6 +20,8 @@ pub struct StorageSet {
     pub(crate) keys: Keys,
     /// A kept tensor has an autograd graph whose saved tensors cannot be listed.
     pub(crate) autograd_graph: bool,
+    /// Of the kept tensors' graphs: each thread that made one and its newest node's number.
+    graphs: smallvec::SmallVec<[(u64, u64); 1]>,
     /// Type names of kept arguments that do not implement [`Tensors`].
     pub(crate) opaque: Vec<&'static str>,
     /// Kept values that could not be inspected (locked elsewhere, or private to tch).
@@ -151,8 +153,24 @@ impl StorageSet {
         storages.iter().for_each(|s| self.keys.insert(key(s)));
         if flags & ffi::TENSOR_HAS_GRAPH != 0 {
             self.autograd_graph = true;
+            // Unread, it counts as made last.
+            let (thread, node) = ffi::tensor_graph(t).unwrap_or((0, u64::MAX));
+            match self.graphs.iter_mut().find(|(t, _)| *t == thread) {
+                Some((_, newest)) => *newest = node.max(*newest),
+                None => self.graphs.push((thread, node)),
+            }
         }
         storages.first().map(key)
+    }
+
+    /// Whether a kept tensor's graph may hold what a scope allocated: it has one that was not
+    /// made before `since` (a thread and its count of autograd nodes when the scope was entered
+    /// there; `None` when unknown). A graph made before the scope saved nothing the scope made.
+    pub(crate) fn graph_since(&self, since: Option<(u64, u64)>) -> bool {
+        match since {
+            Some((thread, nodes)) => self.graphs.iter().any(|&(t, n)| t != thread || n >= nodes),
+            None => self.autograd_graph,
+        }
     }
 
     /// Records a kept value whose tensors are partly private, with `listed`, one of those that

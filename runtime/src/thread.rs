@@ -252,6 +252,14 @@ pub(crate) fn pop(token: Token) {
     })
 }
 
+/// The thread's count of autograd graph nodes when `token` was pushed.
+pub(crate) fn nodes_at(token: Token) -> Option<u64> {
+    THREAD.with(|t| {
+        let stack = t.stack.borrow();
+        stack.iter().rfind(|l| l.token == token).map(|l| l.nodes)
+    })
+}
+
 /// Tells the frames of `token` and the levels above it whether autograd graph nodes were made
 /// since they were pushed (before they are checked; popping them tells them too).
 pub(crate) fn settle_graphs(token: Token) {
