@@ -942,7 +942,10 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
             true => Vec::new(),
             false => std::mem::take(&mut state.parked),
         };
-        let gradients = std::mem::take(&mut state.gradients);
+        let gradients = match state.gradients.is_empty() {
+            true => None,
+            false => Some(std::mem::take(&mut state.gradients)),
+        };
         (std::mem::take(&mut state.keys), gradients, late)
     };
     if !late.is_empty() {
@@ -956,7 +959,7 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
             enclosing.note(flags);
         }
     }
-    if !gradients.is_empty() {
+    if let Some(gradients) = gradients {
         // The enclosing scope's check looks for them too, whether this frame's blocks
         // are alive or not.
         if let Some(chain) = enclosing.and_then(open_chain) {
