@@ -74,10 +74,11 @@ pub enum HeldBy {
     /// block made during a backward pass: see the README's Limits).
     Gradient,
     /// State that an optimizer made lazily for parameters from outside the scope (made with
-    /// autograd off, the size of a gradient made in the scope or of a kept optimizer's
-    /// variable).
+    /// autograd off, the size of a gradient made in the scope, freed since or not, or of a kept
+    /// optimizer's variable).
     OptimizerState,
-    /// Not visible: a kept tensor has an autograd graph whose saved tensors cannot be listed.
+    /// Not visible: a kept tensor has an autograd graph, made while the scope ran, whose saved
+    /// tensors cannot be listed.
     AutogradGraph,
     /// Not judged: a kept value could not be inspected (a lock held elsewhere, a tch type that
     /// keeps its tensors private, a `&mut` argument the returned borrow holds; named in
