@@ -536,3 +536,55 @@ fn an_async_scope_resumed_in_its_own_guards_handle_is_charged_once() {
     assert_eq!(on(&report).allocated, block(400), "{report}");
     drop(carried);
 }
+
+/// Carried work runs with the autograd mode of the place that took the handle: in a scope
+/// without `keep_grad`, a model run on a worker makes no graph, so the output it hands back
+/// holds nothing, and a leak beside it is an escape (not `autograd graph`); in a `keep_grad`
+/// scope it makes a graph, as on the scope's own thread. The worker gets its mode back.
+#[test]
+fn carried_work_runs_with_the_autograd_mode_of_its_scope() {
+    let _serial = common::serial();
+    let w = floats(64).reshape([8, 8]).set_requires_grad(true);
+    let run = |keep_grad: bool| {
+        let w = w.shallow_clone();
+        let opts = strict("carried model").keep_grad_mode(keep_grad);
+        scope(opts, move || {
+            let here = gpu_scope::current().expect("inside a scope");
+            let (out, mode_after) = std::thread::spawn(move || {
+                let out = here.in_scope(|| w.matmul(&w).tanh());
+                (
+                    out,
+                    tch::Tensor::ones([1], (tch::Kind::Float, tch::Device::Cpu))
+                        .set_requires_grad(true)
+                        .g_mul_scalar(2)
+                        .requires_grad(),
+                )
+            })
+            .join()
+            .unwrap();
+            assert!(mode_after, "the worker's own autograd mode is given back");
+            SINK.lock().unwrap().push(floats(7));
+            out
+        })
+    };
+    let report = escaped(run(false).map(|(_, r)| r));
+    assert_eq!(report.escaped_bytes, block(28), "{report}");
+    assert_eq!(
+        report.held_by(gpu_scope::HeldBy::AutogradGraph),
+        0,
+        "{report}"
+    );
+    SINK.lock().unwrap().clear();
+    let report = match run(true) {
+        Ok((out, r)) => {
+            assert!(out.requires_grad(), "keep_grad: the worker made a graph");
+            r
+        }
+        Err(e) => panic!("{e}"),
+    };
+    assert!(
+        report.held_by(gpu_scope::HeldBy::AutogradGraph) > 0,
+        "{report}"
+    );
+    SINK.lock().unwrap().clear();
+}

@@ -471,6 +471,8 @@ int gs_set_grad_enabled(int enabled, int* previous) noexcept {
   });
 }
 
+int gs_grad_enabled(void) noexcept { return c10::GradMode::is_enabled() ? 1 : 0; }
+
 uint64_t gs_graph_nodes(void) noexcept { return at::sequence_number::peek(); }
 
 uint64_t gs_thread_id(void) noexcept { return at::RecordFunction::currentThreadId(); }

@@ -61,6 +61,8 @@ int gs_attach_tracker(int* attached) GS_NOEXCEPT;
 // The thread's last scope closes: removes what gs_thread_enter installed.
 int gs_thread_leave(void) GS_NOEXCEPT;
 int gs_set_grad_enabled(int enabled, int* previous) GS_NOEXCEPT;
+// Whether autograd is on for this thread.
+int gs_grad_enabled(void) GS_NOEXCEPT;
 // How many autograd graph nodes this thread has made: unchanged over a span of code, it made
 // no graph that could hold tensors.
 uint64_t gs_graph_nodes(void) GS_NOEXCEPT;

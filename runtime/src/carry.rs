@@ -3,7 +3,8 @@
 //! thread anyway).
 use crate::ledger::Chain;
 use crate::thread::{self, Token};
-use crate::{ffi, sites};
+use crate::{ffi, grad, sites};
+use std::ffi::c_int;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -17,6 +18,8 @@ use std::task::{Context, Poll};
 pub struct ScopeHandle {
     /// The scope's frame and the frames it is open in (charged with its work too).
     chain: Chain,
+    /// The autograd mode where the handle was taken: carried work runs with it.
+    grad: c_int,
 }
 
 /// The innermost scope open on this thread, as a handle to carry elsewhere.
@@ -28,35 +31,47 @@ pub struct ScopeHandle {
 /// std::thread::spawn(move || scope.in_scope(work)).join().unwrap();
 /// ```
 pub fn current() -> Option<ScopeHandle> {
-    thread::innermost().map(|chain| ScopeHandle { chain })
+    thread::innermost().map(|chain| ScopeHandle {
+        chain,
+        grad: grad::mode(),
+    })
 }
 
-/// Takes a carried scope off the thread again, even if the work panics.
-struct Entered(Option<Token>);
+/// Takes a carried scope off the thread again and gives the thread back its autograd mode,
+/// even if the work panics.
+struct Entered {
+    token: Option<Token>,
+    grad: c_int,
+}
 
 impl Drop for Entered {
     fn drop(&mut self) {
-        if let Some(token) = self.0 {
+        if let Some(token) = self.token {
             // Casts that autocast cached for the work would outlive the scope, held by a thread
             // its exit cannot reach: cleared here, as a scope's own thread clears them at exit.
             ffi::autocast_clear();
             thread::pop(token);
         }
+        grad::set(self.grad);
     }
 }
 
 impl ScopeHandle {
     /// Runs `f` on this thread as part of the scope: what it allocates (and what libtorch's
     /// worker threads allocate for it) is charged to the scope; scopes opened inside nest in
-    /// it. The thread's autograd mode is left as it is. Operators are attributed as in the
-    /// scope itself. Inside an autocast region, the thread's autocast cache is cleared when
+    /// it. It runs with the autograd mode of the place that called [`current`] (off in a scope
+    /// without `keep_grad`), as libtorch's own tasks inherit it; the thread gets its own mode
+    /// back when `f` returns. Operators are attributed as in the scope itself. Inside an autocast region, the thread's autocast cache is cleared when
     /// `f` returns (the scope's exit could not reach its casts).
     pub fn in_scope<R>(&self, f: impl FnOnce() -> R) -> R {
         let token = self.open().and_then(|chain| {
             let operators = chain[0].location().is_some_and(sites::attributed);
             thread::push_carried(chain, operators).ok()
         });
-        let _entered = Entered(token);
+        let _entered = Entered {
+            token,
+            grad: grad::set(self.grad),
+        };
         f()
     }
 

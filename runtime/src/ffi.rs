@@ -35,6 +35,7 @@ extern "C" {
     fn gs_thread_leave() -> c_int;
     fn gs_attach_tracker(attached: *mut c_int) -> c_int;
     pub(crate) fn gs_set_grad_enabled(enabled: c_int, previous: *mut c_int) -> c_int;
+    pub(crate) fn gs_grad_enabled() -> c_int;
     fn gs_graph_nodes() -> u64;
     fn gs_thread_id() -> u64;
     fn gs_tensor_graph(tensor: *const c_void, thread: *mut u64, node: *mut u64) -> c_int;

@@ -40,7 +40,14 @@ pub(crate) fn forget(at: Place) {
     });
 }
 
-fn set(enabled: c_int) -> c_int {
+/// This thread's autograd mode, for [`set`].
+pub(crate) fn mode() -> c_int {
+    // SAFETY: reads a thread-local flag.
+    unsafe { ffi::gs_grad_enabled() }
+}
+
+/// Sets this thread's autograd mode; returns the one it had.
+pub(crate) fn set(enabled: c_int) -> c_int {
     let mut previous = 1;
     // SAFETY: a thread-local flag and a plain out-pointer.
     let _ = ffi::check(unsafe { ffi::gs_set_grad_enabled(enabled, &mut previous) });
