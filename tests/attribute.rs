@@ -35,6 +35,8 @@ fn early(leak: bool) -> Result<Tensor, Error> {
 
 #[test]
 fn early_return_is_checked() {
+    // SINK is shared: another test clearing it would free this one's leak.
+    let _serial = common::serial();
     let err = early(true).unwrap_err();
     assert_eq!(err.report().unwrap().escaped_bytes, 8);
     assert!(early(false).is_ok());
@@ -159,6 +161,36 @@ fn an_argument_without_the_trait_is_opaque_and_the_report_says_so() {
     );
     assert_eq!(r.opaque_kept, ["&mut attribute::NoTrait"]);
     assert!(r.to_string().contains("derive(gpu_scope::Tensors)"), "{r}");
+}
+
+#[gpu_scope(on_escape = ignore)]
+fn load_like(
+    _path: &std::path::Path,
+    _file: &std::ffi::OsStr,
+    _since: std::time::Instant,
+    n: i64,
+) -> Tensor {
+    SINK.lock().unwrap().push(floats(n));
+    floats(1)
+}
+
+/// Paths, OS strings and clock readings hold no tensors: a model loader's `&Path` is not named
+/// opaque, and the report's hint does not ask for `derive(Tensors)` on it.
+#[test]
+fn paths_and_times_are_arguments_without_tensors() {
+    let _serial = common::serial();
+    let path = std::path::PathBuf::from("model.safetensors");
+    drop(load_like(
+        &path,
+        path.as_os_str(),
+        std::time::Instant::now(),
+        3,
+    ));
+    let r = last_report().unwrap();
+    assert_eq!(r.escaped_bytes, 12, "{r}");
+    assert!(r.opaque_kept.is_empty(), "{:?}", r.opaque_kept);
+    assert!(!r.to_string().contains("derive(gpu_scope::Tensors)"), "{r}");
+    SINK.lock().unwrap().clear();
 }
 
 #[gpu_scope(on_escape = error)]
