@@ -23,6 +23,19 @@ pub(crate) fn parse_fn(args: TokenStream, item: TokenStream) -> syn::Result<Scop
     }
 }
 
+/// A function with a syntax error in it (not an item the attribute refuses): rustc reports the
+/// error in the tokens given back, and nothing of the macro's should show beside it.
+pub(crate) fn is_broken_fn(item: &TokenStream) -> bool {
+    let head_has_fn = item
+        .clone()
+        .into_iter()
+        .take_while(|tt| !matches!(tt, TokenTree::Group(g) if g.delimiter() == Delimiter::Brace))
+        .any(|tt| matches!(tt, TokenTree::Ident(i) if i == "fn"));
+    head_has_fn
+        && syn::parse2::<Item>(item.clone()).is_err()
+        && syn::parse2::<TraitItemFn>(item.clone()).is_err()
+}
+
 fn parse_item(item: TokenStream) -> syn::Result<ItemFn> {
     if let Ok(Item::Fn(func)) = syn::parse2(item.clone()) {
         return Ok(func);

@@ -29,6 +29,8 @@ pub fn gpu_scope(args: TokenStream, item: TokenStream) -> TokenStream {
     let original = proc_macro2::TokenStream::from(item.clone());
     match expand_fn::expand(args.into(), item.into()) {
         Ok(tokens) => tokens.into(),
+        // A syntax error in the function: rustc reports it in the item given back.
+        Err(_) if input::is_broken_fn(&original) => original.into(),
         // Emit the item untouched beside the error, so that only the error shows.
         Err(e) => {
             let mut out = e.into_compile_error();

@@ -71,7 +71,50 @@ pub(crate) fn validate_block(scoped: &ScopedBlock) -> syn::Result<()> {
         }
     }
     AwaitFinder(&mut errors).visit_block(&scoped.block);
+    if let Some((at, message)) = never_ends(&scoped.block) {
+        errors.push_spanned(at, message);
+    }
     errors.finish()
+}
+
+/// A block that ends in a `loop` without `break`: its value would be `!`, and its scope could
+/// never end.
+fn never_ends(block: &syn::Block) -> Option<(&Expr, String)> {
+    match block.stmts.last()? {
+        syn::Stmt::Expr(last @ Expr::Loop(l), _)
+            if !has_break(quote::ToTokens::to_token_stream(&l.body)) =>
+        {
+            Some((
+                last,
+                "this block never ends (a `loop` without `break`), so its scope could never be \
+                 checked: open the scope inside the loop (`loop { scope!({ ... }) }`), or put \
+                 the loop in a `#[gpu_scope]` function returning `!`"
+                    .to_owned(),
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// Whether a block always leaves before its end (its last statement is a `return`, `break` or
+/// `continue`): its value, `!`, is never there to be kept, and its scope ends unchecked.
+pub(crate) fn leaves_early(block: &syn::Block) -> bool {
+    matches!(
+        block.stmts.last(),
+        Some(syn::Stmt::Expr(
+            Expr::Return(_) | Expr::Break(_) | Expr::Continue(_),
+            _
+        ))
+    )
+}
+
+/// Whether `tokens` hold a `break` anywhere (a labelled one may leave an outer loop).
+fn has_break(tokens: proc_macro2::TokenStream) -> bool {
+    tokens.into_iter().any(|tt| match tt {
+        proc_macro2::TokenTree::Ident(i) => i == "break",
+        proc_macro2::TokenTree::Group(g) => has_break(g.stream()),
+        _ => false,
+    })
 }
 
 /// Whether the function has a foreign ABI through which a panic must not unwind.
@@ -196,15 +239,23 @@ impl Visit<'_> for AwaitFinder<'_> {
     }
 }
 
-/// Where `.await` occurs in `tokens`, before any `async` block or closure or item among them
-/// (tokens have no structure: what follows one of those is not looked at).
+/// Where `.await` occurs in `tokens`, outside the `async` blocks and items among them (whose
+/// `.await`s are their own): after one, the tokens go on being looked at; after an `async`
+/// closure, whose body has no end the tokens show, they are not.
 fn await_in_tokens(tokens: proc_macro2::TokenStream) -> Option<proc_macro2::Span> {
-    use proc_macro2::TokenTree;
+    use proc_macro2::{Delimiter, TokenTree};
     let mut dot = false;
-    for tt in tokens {
+    let mut tokens = tokens.into_iter();
+    while let Some(tt) = tokens.next() {
         match &tt {
             TokenTree::Ident(i) if dot && i == "await" => return Some(i.span()),
-            TokenTree::Ident(i) if i == "async" || i == "fn" || i == "impl" => return None,
+            TokenTree::Ident(i) if i == "async" || i == "fn" || i == "impl" => loop {
+                match tokens.next()? {
+                    TokenTree::Group(g) if g.delimiter() == Delimiter::Brace => break,
+                    TokenTree::Punct(p) if i == "async" && p.as_char() == '|' => return None,
+                    _ => {}
+                }
+            },
             TokenTree::Group(g) => {
                 if let Some(at) = await_in_tokens(g.stream()) {
                     return Some(at);

@@ -18,20 +18,32 @@ pub use std::convert::AsRef;
 /// The scope of `#[gpu_scope]` and `scope!`. It decides, from the scope's options, what a
 /// failure to enter and an escape do; generated code only routes the `Err` of the `try_`
 /// calls, which only `on_escape = error` returns.
+///
+/// Not `Send`, as a [`Scope`](crate::Scope) is not: a block's scope held across an `.await`
+/// that `scope!` could not see (in a macro's own expansion, such as `tokio::join!`) makes the
+/// task's future not `Send`, so `tokio::spawn` refuses it rather than let it leave its thread.
 #[derive(Debug)]
 pub struct Guard {
     scope: Option<OpenScope>,
+    _not_send: std::marker::PhantomData<*const ()>,
 }
 
 impl Guard {
+    fn new(scope: Option<OpenScope>) -> Guard {
+        Guard {
+            scope,
+            _not_send: std::marker::PhantomData,
+        }
+    }
+
     /// Enters; if that fails, panics or warns (per the policy) and runs the code unscoped.
     #[track_caller]
     pub fn enter(opts: ScopeOptions) -> Guard {
         match OpenScope::enter(opts.clone()) {
-            Ok(scope) => Guard { scope: Some(scope) },
+            Ok(scope) => Guard::new(Some(scope)),
             Err(e) => {
                 let _ = policy::bad_input(&opts, e);
-                Guard { scope: None }
+                Guard::new(None)
             }
         }
     }
@@ -40,8 +52,8 @@ impl Guard {
     #[track_caller]
     pub fn try_enter(opts: ScopeOptions) -> Result<Guard, Error> {
         match OpenScope::enter(opts.clone()) {
-            Ok(scope) => Ok(Guard { scope: Some(scope) }),
-            Err(e) => policy::bad_input(&opts, e).map(|()| Guard { scope: None }),
+            Ok(scope) => Ok(Guard::new(Some(scope))),
+            Err(e) => policy::bad_input(&opts, e).map(|()| Guard::new(None)),
         }
     }
 

@@ -73,6 +73,24 @@ fn returns_early_or_fails() -> Result<i32, gpu_scope::Error> {
     })
 }
 
+// A block that always leaves, as a statement: nothing gives its value a type.
+fn returns_early_in_a_statement(n: u32) -> Result<u32, ()> {
+    if n == 0 {
+        gpu_scope::scope!({ return Ok(1) });
+    }
+    Ok(n)
+}
+
+fn continues_in_a_statement(items: &[u32]) -> u32 {
+    for _ in items {
+        gpu_scope::scope!({
+            let _ = 1;
+            continue;
+        });
+    }
+    0
+}
+
 fn breaks_out() -> Tensor {
     loop {
         gpu_scope::scope!({
@@ -95,6 +113,8 @@ fn main() {
     assert_eq!(field_only(&Point { x: 1 }, &mut vec![]), 1);
     assert_eq!((returns_early(), returns_early_or_fails().unwrap()), (3, 4));
     let _ = breaks_out();
+    assert_eq!(returns_early_in_a_statement(0), Ok(1));
+    assert_eq!(continues_in_a_statement(&[1, 2]), 0);
     let t = Tensor::from(1.0);
     let _ = (one(&t), fallible(&t).unwrap());
     drop(later(1.0));

@@ -1,0 +1,7 @@
+fn forever() -> ! {
+    gpu_scope::scope!({ loop {} })
+}
+
+fn main() {
+    forever()
+}
