@@ -175,3 +175,25 @@ fn a_field_typed_by_a_macro_is_visited() {
         2
     );
 }
+
+/// A `PhantomData` field holds nothing: the derive skips it, and asks nothing of the type
+/// parameter it names (`Typed<Meters>` with `Meters` not `Tensors`).
+#[derive(Tensors)]
+struct Typed<U> {
+    value: Tensor,
+    unit: std::marker::PhantomData<U>,
+}
+
+struct Meters;
+
+#[test]
+fn a_phantom_data_field_holds_nothing_and_bounds_nothing() {
+    let (typed, report) = scope(strict("phantom"), || Typed::<Meters> {
+        value: floats(4),
+        unit: std::marker::PhantomData,
+    })
+    .unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.kept, common::block(16), "{report}");
+    drop(typed.value);
+}

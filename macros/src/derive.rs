@@ -36,6 +36,14 @@ fn skipped(attrs: &[Attribute]) -> syn::Result<bool> {
     Ok(skip.unwrap_or(false))
 }
 
+/// Whether a field is not visited: marked `#[tensors(skip)]`, or a `PhantomData`, which holds
+/// nothing (and asks nothing of the type parameter it names).
+fn skipped_field(field: &syn::Field) -> syn::Result<bool> {
+    let phantom = matches!(&field.ty, syn::Type::Path(p)
+        if p.path.segments.last().is_some_and(|s| s.ident == "PhantomData"));
+    Ok(skipped(&field.attrs)? || phantom)
+}
+
 /// `tensors` attributes on the type itself are errors: what to skip is said per field.
 fn on_the_type(attrs: &[Attribute]) -> syn::Result<()> {
     match attrs.iter().find(|a| a.path().is_ident("tensors")) {
@@ -49,13 +57,29 @@ fn on_the_type(attrs: &[Attribute]) -> syn::Result<()> {
     }
 }
 
+/// Whether `attr` is `#[repr(packed)]` or `#[repr(packed(N))]`, among other hints.
+fn is_packed(attr: &Attribute) -> bool {
+    let mut packed = false;
+    if attr.path().is_ident("repr") {
+        let _ = attr.parse_nested_meta(|meta| {
+            packed |= meta.path.is_ident("packed");
+            // `packed(2)`, `align(8)`: their arguments are not looked at.
+            if meta.input.peek(syn::token::Paren) {
+                let _ = meta.input.parse::<proc_macro2::Group>();
+            }
+            Ok(())
+        });
+    }
+    packed
+}
+
 /// Binds each visited field of `fields` and returns the pattern and the visit statements.
 fn visit_fields(fields: &Fields, set: &syn::Ident) -> syn::Result<(TokenStream, TokenStream)> {
     let span = Span::mixed_site();
     let mut binds = Vec::new();
     let mut visits = Vec::new();
     for (i, field) in fields.iter().enumerate() {
-        if skipped(&field.attrs)? {
+        if skipped_field(field)? {
             continue;
         }
         let member = match &field.ident {
@@ -112,7 +136,7 @@ fn visited_params(input: &DeriveInput) -> syn::Result<Vec<syn::Ident>> {
     };
     let mut names = Names(&params, Vec::new());
     for field in fields.into_iter().flatten() {
-        if !skipped(&field.attrs)? {
+        if !skipped_field(field)? {
             syn::visit::Visit::visit_type(&mut names, &field.ty);
         }
     }
@@ -124,6 +148,14 @@ fn visited_params(input: &DeriveInput) -> syn::Result<Vec<syn::Ident>> {
 pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
     let input: DeriveInput = syn::parse2(input)?;
     on_the_type(&input.attrs)?;
+    if let Some(packed) = input.attrs.iter().find(|a| is_packed(a)) {
+        return Err(syn::Error::new_spanned(
+            packed,
+            "`Tensors` cannot be derived for a `#[repr(packed)]` type: its fields may be \
+             unaligned, and visiting them needs references to them; drop `packed`, or implement \
+             `gpu_scope::Tensors` by hand",
+        ));
+    }
     let name = &input.ident;
     let set = syn::Ident::new("__gpu_scope_set", Span::mixed_site());
     let arms =

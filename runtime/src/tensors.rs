@@ -383,6 +383,10 @@ impl Tensors for tch::jit::Object {
     }
 }
 
+impl<T: ?Sized> Tensors for std::marker::PhantomData<T> {
+    fn visit(&self, _: &mut StorageSet) {}
+}
+
 macro_rules! leaf {
     ($($t:ty),* $(,)?) => { $(impl Tensors for $t { fn visit(&self, _: &mut StorageSet) {} })* };
 }
