@@ -202,7 +202,7 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, body: &TokenStream, args: &
         (Type::Reference(r), None)
             if r.mutability.is_some() && borrows.from(r.lifetime.as_ref()) =>
         {
-            let pat = pat.to_token_stream().to_string();
+            let pat = types::shown(pat);
             args.unsearched.push(borrowed_by_return(pat));
         }
         (Type::Reference(r), None) => {
@@ -217,7 +217,7 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, body: &TokenStream, args: &
         }
         (_, name) => {
             if types::may_hold_mut(ty) {
-                let what = pat.to_token_stream().to_string();
+                let what = types::shown(pat);
                 args.unsearched
                     .push(format!("`{what}` (an owned argument with a `&mut` in it)"));
             }

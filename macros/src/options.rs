@@ -213,6 +213,15 @@ impl Options {
                 Form::Block => format!("{VALID}{VALID_BLOCK}"),
             };
             Err(match input.fork().parse::<proc_macro2::TokenTree>() {
+                Ok(tt) if form == Form::Block && tt.to_string() == "async" => syn::Error::new(
+                    tt.span(),
+                    "`scope!` scopes a block of synchronous code; for async work put \
+                     `#[gpu_scope]` on an `async fn`",
+                ),
+                Ok(tt) if form == Form::Block && tt.to_string() == "unsafe" => syn::Error::new(
+                    tt.span(),
+                    "`scope!` takes a plain block: write `scope!({ unsafe { ... } })`",
+                ),
                 Ok(tt) => syn::Error::new(tt.span(), format!("unknown option `{tt}`; {valid}")),
                 Err(_) => {
                     let mut err = look.error();
@@ -261,7 +270,15 @@ fn parse_policy(input: ParseStream) -> syn::Result<Policy> {
 
 fn parse_release(input: ParseStream) -> syn::Result<Release> {
     if input.peek(LitStr) {
-        return Ok(Release::Above(size_literal(&input.parse()?)?));
+        let lit: LitStr = input.parse()?;
+        let word = lit.value().trim().to_lowercase();
+        if ["outermost", "always", "never"].contains(&word.as_str()) {
+            return Err(syn::Error::new(
+                lit.span(),
+                format!("write the policy as a bare word: `release = {word}` (a string is a size)"),
+            ));
+        }
+        return Ok(Release::Above(size_literal(&lit)?));
     }
     one_of(
         input,
@@ -288,6 +305,10 @@ fn one_of<T: Copy>(
     let word: Ident = input
         .parse()
         .map_err(|e| syn::Error::new(e.span(), write))?;
+    // A path (`EscapePolicy::Warn`): the macro takes the bare word.
+    if input.peek(Token![::]) {
+        return Err(syn::Error::new(word.span(), write));
+    }
     match words.iter().find(|(w, _)| word == w) {
         Some(&(_, value)) => Ok(value),
         None => {

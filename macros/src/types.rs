@@ -237,6 +237,30 @@ pub(crate) fn is_future(ty: &Type) -> bool {
     f.0
 }
 
+/// A type or pattern as the user wrote it, for a message: tokens joined without the spaces
+/// that `to_string` puts around `<`, `>`, `&`, `::` and brackets (`Option<Tensor>`, not
+/// `Option < Tensor >`).
+pub(crate) fn shown(tokens: &dyn quote::ToTokens) -> String {
+    let mut text = tokens.to_token_stream().to_string();
+    for (spaced, tight) in [
+        (" <", "<"),
+        ("< ", "<"),
+        (" >", ">"),
+        (" ,", ","),
+        (" ::", "::"),
+        (":: ", "::"),
+        ("& ", "&"),
+        ("' ", "'"),
+        ("( ", "("),
+        (" )", ")"),
+        ("[ ", "["),
+        (" ]", "]"),
+    ] {
+        text = text.replace(spaced, tight);
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::may_borrow;

@@ -203,10 +203,7 @@ fn validate_error_return(sig: &Signature, errors: &mut Errors) {
     if named_other {
         errors.push_spanned(
             ty,
-            format!(
-                "{ERROR_POLICY_RETURN}, not `{}`",
-                quote::ToTokens::to_token_stream(ty)
-            ),
+            format!("{ERROR_POLICY_RETURN}, not `{}`", types::shown(ty)),
         );
     }
 }
