@@ -60,6 +60,9 @@ pub(crate) fn scope_options(
     }
     if let Some(device) = &options.device {
         let device = &device.value;
+        let device = quote_spanned! {local::at(device.span())=>
+            #private::DeviceArg::device(#device)
+        };
         out.extend(quote_spanned!(span=> .device(#device)));
     }
     if cannot_unwind {

@@ -140,6 +140,28 @@ macro_rules! budget {
 }
 budget!(u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize);
 
+/// What `device = <expr>` takes: a `tch::Device` (or a reference to one).
+#[diagnostic::on_unimplemented(
+    message = "`device` takes a `tch::Device` (`tch::Device::Cuda(0)`, `tch::Device::Cpu`), \
+               not `{Self}`",
+    label = "not a `tch::Device`"
+)]
+pub trait DeviceArg {
+    fn device(self) -> tch::Device;
+}
+
+impl DeviceArg for tch::Device {
+    fn device(self) -> tch::Device {
+        self
+    }
+}
+
+impl DeviceArg for &tch::Device {
+    fn device(self) -> tch::Device {
+        *self
+    }
+}
+
 /// The return type of a function under `on_escape = error`: a `Result`, to carry the escape.
 #[diagnostic::on_unimplemented(
     message = "`on_escape = error` makes the function return `Err` on an escape: it must return \
