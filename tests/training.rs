@@ -181,6 +181,29 @@ fn a_step_that_zeroes_its_gradients_last_holds_its_state_on_purpose() {
     LEAKED.lock().unwrap().clear();
 }
 
+/// Only gradients that outlive their backward pass (a parameter's `.grad`) give optimizer
+/// state its sizes: a leak made with autograd off that has the size of an activation's
+/// gradient, which backward made and freed, is an escape.
+#[test]
+fn a_no_grad_leak_the_size_of_an_activation_gradient_is_an_escape() {
+    // LEAKED is shared: another test clearing it would free this one's leak.
+    let _serial = serial();
+    let mut s = setup(nn::Sgd::default());
+    let r = escaped(
+        scope(strict("metric leak").keep_grad_mode(true), || {
+            s.opt.zero_grad();
+            let logits = s.model.forward(&s.x);
+            s.opt.backward_step(&logits.mse_loss(&s.y, Reduction::Mean));
+            // [8, 4]: the size of the logits' gradient, none of the parameters'.
+            let probs = tch::no_grad(|| logits.softmax(-1, Kind::Float));
+            LEAKED.lock().unwrap().push(probs);
+        })
+        .map(|(_, r)| r),
+    );
+    assert_eq!(r.escaped_bytes, block(128), "{r}");
+    LEAKED.lock().unwrap().clear();
+}
+
 /// The same inside an epoch scope: the step scope hands the gradients' sizes on, so the epoch
 /// scope's check holds the state too.
 #[test]

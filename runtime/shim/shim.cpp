@@ -473,6 +473,8 @@ int gs_set_grad_enabled(int enabled, int* previous) noexcept {
 
 int gs_grad_enabled(void) noexcept { return c10::GradMode::is_enabled() ? 1 : 0; }
 
+int gs_in_backward(void) noexcept { return torch::autograd::get_current_graph_task_id() != -1; }
+
 uint64_t gs_graph_nodes(void) noexcept { return at::sequence_number::peek(); }
 
 uint64_t gs_thread_id(void) noexcept { return at::RecordFunction::currentThreadId(); }

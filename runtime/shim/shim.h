@@ -63,6 +63,8 @@ int gs_thread_leave(void) GS_NOEXCEPT;
 int gs_set_grad_enabled(int enabled, int* previous) GS_NOEXCEPT;
 // Whether autograd is on for this thread.
 int gs_grad_enabled(void) GS_NOEXCEPT;
+// Whether autograd's engine runs a backward pass on this thread.
+int gs_in_backward(void) GS_NOEXCEPT;
 // How many autograd graph nodes this thread has made: unchanged over a span of code, it made
 // no graph that could hold tensors.
 uint64_t gs_graph_nodes(void) GS_NOEXCEPT;

@@ -36,6 +36,7 @@ extern "C" {
     fn gs_attach_tracker(attached: *mut c_int) -> c_int;
     pub(crate) fn gs_set_grad_enabled(enabled: c_int, previous: *mut c_int) -> c_int;
     pub(crate) fn gs_grad_enabled() -> c_int;
+    fn gs_in_backward() -> c_int;
     fn gs_graph_nodes() -> u64;
     fn gs_thread_id() -> u64;
     fn gs_tensor_graph(tensor: *const c_void, thread: *mut u64, node: *mut u64) -> c_int;
@@ -163,6 +164,12 @@ pub(crate) fn autocast_clear() -> bool {
 pub(crate) fn graph_nodes() -> u64 {
     // SAFETY: no arguments; reads a thread-local counter.
     unsafe { gs_graph_nodes() }
+}
+
+/// Whether autograd's engine runs a backward pass on this thread.
+pub(crate) fn in_backward() -> bool {
+    // SAFETY: no arguments; reads a thread-local id.
+    unsafe { gs_in_backward() != 0 }
 }
 
 /// This thread's id as autograd's nodes record it.

@@ -278,9 +278,12 @@ pub(crate) struct FrameState {
     pub stats: Stats,
     /// Entries this frame owns.
     keys: Owned,
-    /// The requested sizes of the blocks made during a backward pass that it owned, and those
-    /// of the frames that closed into it: gradients, freed since or not (an optimizer's state,
-    /// made beside them, has their sizes; `zero_grad` may have freed them before the check).
+    /// Some allocation was made during a backward pass (the check then looks for gradients).
+    pub saw_backward: bool,
+    /// The requested sizes of the gradients it owned that outlived their backward pass (a
+    /// parameter's `.grad`) and were freed since, by `zero_grad`, and those of the frames that
+    /// closed into it: an optimizer's state, made beside them, has their sizes. (The live ones
+    /// are looked at by the check.)
     pub gradients: FxHashSet<(DeviceId, u64)>,
     /// Blocks charged to it that `keep_forever` took out of tracking while it was open.
     forever: Vec<(DeviceId, u64)>,
@@ -358,6 +361,7 @@ impl Frame {
         debug_assert!(state.keys.is_empty() && state.parked.is_empty());
         state.stats.total = Counters::default();
         state.stats.devices.clear();
+        state.saw_backward = false;
         state.gradients.clear();
         state.parked_in = None;
         state.closed_into = None;
@@ -670,9 +674,7 @@ pub(crate) fn record_alloc(chain: Chain, key: Key, mut entry: Entry) -> bool {
         if owner.is_none() {
             owner = Some(at);
             entry.slot = state.keys.add(key);
-            if entry.made.backward {
-                state.gradients.insert((key.1, requested));
-            }
+            state.saw_backward |= entry.made.backward;
         }
         state.stats.both(key.1, |c| c.alloc(bytes, requested));
     }
@@ -750,6 +752,8 @@ fn record_for_successor(chain: &Chain, key: Key, entry: Entry) -> bool {
 /// whose counters are final.
 fn discharge(key: Key, entry: &Entry, freed: bool, except: Option<&Arc<Frame>>) {
     let owner = entry.frame();
+    // A gradient freed after its backward pass (by `zero_grad`): its owner remembers its size.
+    let gradient = freed && entry.made.backward && !crate::ffi::in_backward();
     // A closing frame has given up its keys already.
     let mut owner_seen = owner.is_some_and(|o| except.is_some_and(|e| Arc::ptr_eq(o, e)));
     for frame in entry.chain.iter().flat_map(|c| c.iter()) {
@@ -760,6 +764,9 @@ fn discharge(key: Key, entry: &Entry, freed: bool, except: Option<&Arc<Frame>>) 
         if owner.is_some_and(|o| Arc::ptr_eq(o, frame)) {
             state.keys.remove(entry.slot, key);
             owner_seen = true;
+            if gradient && state.open {
+                state.gradients.insert((key.1, entry.asked()));
+            }
         }
         if state.open {
             state.stats.both(key.1, |c| {
@@ -901,7 +908,7 @@ pub(crate) struct Closed {
 pub(crate) fn entries_to_inspect(frame: &Frame) -> (Vec<Key>, FxHashSet<(DeviceId, u64)>) {
     let state = frame.lock();
     let accelerator = state.stats.devices.iter().any(|(d, _)| !d.is_cpu());
-    if state.gradients.is_empty() && !accelerator {
+    if !state.saw_backward && !accelerator {
         return Default::default();
     }
     let keys = state.keys.iter().map(|(_, key)| key).collect();
@@ -922,7 +929,7 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
     if frame.noted(PARKED) {
         end_parked(frame, enclosing, &mut closed.ended_inside);
     }
-    let (keys, gradients, late) = {
+    let (keys, saw_backward, gradients, late) = {
         let mut state = frame.lock();
         if !state.open {
             return closed;
@@ -946,7 +953,12 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
             true => None,
             false => Some(std::mem::take(&mut state.gradients)),
         };
-        (std::mem::take(&mut state.keys), gradients, late)
+        (
+            std::mem::take(&mut state.keys),
+            state.saw_backward,
+            gradients,
+            late,
+        )
     };
     if !late.is_empty() {
         // Parked while `end_parked` above ran (on another thread): they end into where this
@@ -959,11 +971,13 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
             enclosing.note(flags);
         }
     }
-    if let Some(gradients) = gradients {
-        // The enclosing scope's check looks for them too, whether this frame's blocks
-        // are alive or not.
+    if saw_backward {
+        // The enclosing scope's check looks for gradients too (handed on or freed), whether
+        // this frame's blocks are alive or not.
         if let Some(chain) = enclosing.and_then(open_chain) {
-            chain[0].lock().gradients.extend(gradients);
+            let mut state = chain[0].lock();
+            state.saw_backward = true;
+            state.gradients.extend(gradients.into_iter().flatten());
         }
     }
     if keys.is_empty() {

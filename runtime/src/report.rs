@@ -74,8 +74,8 @@ pub enum HeldBy {
     /// block made during a backward pass: see the README's Limits).
     Gradient,
     /// State that an optimizer made lazily for parameters from outside the scope (made with
-    /// autograd off, the size of a gradient made in the scope, freed since or not, or of a kept
-    /// optimizer's variable).
+    /// autograd off, the size of a gradient made in the scope that outlived its backward pass,
+    /// freed since or not, or of a kept optimizer's variable).
     OptimizerState,
     /// Not visible: a kept tensor has an autograd graph, made while the scope ran, whose saved
     /// tensors cannot be listed.
