@@ -588,3 +588,42 @@ fn carried_work_runs_with_the_autograd_mode_of_its_scope() {
     );
     SINK.lock().unwrap().clear();
 }
+
+/// Once its scope has ended, a handle leaves the autograd mode of the thread it runs on as it
+/// is: an inference scope's handle does not turn autograd off for work that runs unscoped.
+#[test]
+fn a_handle_whose_scope_ended_leaves_the_autograd_mode_as_it_is() {
+    let w = floats(64).reshape([8, 8]).set_requires_grad(true);
+    let scope = Scope::enter(strict("ended")).unwrap();
+    let handle = gpu_scope::current().unwrap();
+    scope.exit(&()).unwrap();
+    let made_graph = std::thread::spawn(move || handle.in_scope(|| w.matmul(&w).requires_grad()))
+        .join()
+        .unwrap();
+    assert!(made_graph, "the worker's own mode (on) was changed");
+}
+
+/// An instrumented future keeps the autograd mode its own code set between polls (a
+/// `no_grad_guard` held across an `.await`), as a task keeps its thread-local state.
+#[test]
+fn an_instrumented_future_keeps_its_own_autograd_mode_between_polls() {
+    let w = floats(64).reshape([8, 8]).set_requires_grad(true);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let ((first, second), _) = scope(strict("carried async").keep_grad_mode(true), || {
+        let handle = gpu_scope::current().unwrap();
+        runtime.block_on(handle.instrument(async move {
+            let _off = tch::no_grad_guard();
+            let first = w.matmul(&w).requires_grad();
+            tokio::task::yield_now().await;
+            (first, w.matmul(&w).requires_grad())
+        }))
+    })
+    .unwrap();
+    assert_eq!(
+        (first, second),
+        (false, false),
+        "the guard held across the await"
+    );
+}

@@ -37,11 +37,11 @@ pub fn current() -> Option<ScopeHandle> {
     })
 }
 
-/// Takes a carried scope off the thread again and gives the thread back its autograd mode,
-/// even if the work panics.
+/// Takes a carried scope off the thread again and gives the thread back its autograd mode
+/// (if the scope set one), even if the work panics.
 struct Entered {
     token: Option<Token>,
-    grad: c_int,
+    grad: Option<c_int>,
 }
 
 impl Drop for Entered {
@@ -52,27 +52,41 @@ impl Drop for Entered {
             ffi::autocast_clear();
             thread::pop(token);
         }
-        grad::set(self.grad);
+        if let Some(previous) = self.grad {
+            grad::set(previous);
+        }
     }
 }
 
 impl ScopeHandle {
     /// Runs `f` on this thread as part of the scope: what it allocates (and what libtorch's
     /// worker threads allocate for it) is charged to the scope; scopes opened inside nest in
-    /// it. It runs with the autograd mode of the place that called [`current`] (off in a scope
-    /// without `keep_grad`), as libtorch's own tasks inherit it; the thread gets its own mode
-    /// back when `f` returns. Operators are attributed as in the scope itself. Inside an autocast region, the thread's autocast cache is cleared when
-    /// `f` returns (the scope's exit could not reach its casts).
+    /// it. While the scope is open, `f` runs with the autograd mode of the place that called
+    /// [`current`] (off in a scope without `keep_grad`), as libtorch's own tasks inherit it
+    /// (call `tch::with_grad` inside `f` to change it), and the thread gets its own mode back
+    /// when `f` returns; once the scope has ended, the thread's mode is left as it is.
+    /// Operators are attributed as in the scope itself. Inside an autocast region, the
+    /// thread's autocast cache is cleared when `f` returns (the scope's exit could not reach
+    /// its casts).
     pub fn in_scope<R>(&self, f: impl FnOnce() -> R) -> R {
-        let token = self.open().and_then(|chain| {
+        let _entered = self.enter(self.grad);
+        f()
+    }
+
+    /// Puts the scope on this thread, with autograd in mode `grad` while it is open.
+    fn enter(&self, grad: c_int) -> Entered {
+        let chain = self.open();
+        let own = chain
+            .as_ref()
+            .is_some_and(|c| Arc::ptr_eq(&c[0], &self.chain[0]));
+        let token = chain.and_then(|chain| {
             let operators = chain[0].location().is_some_and(sites::attributed);
             thread::push_carried(chain, operators).ok()
         });
-        let _entered = Entered {
+        Entered {
             token,
-            grad: grad::set(self.grad),
-        };
-        f()
+            grad: own.then(|| grad::set(grad)),
+        }
     }
 
     /// The scope and those it is open in; once it has ended, the scope it ended inside (with
@@ -93,6 +107,7 @@ impl ScopeHandle {
         Carried {
             inner: Some(Box::pin(future)),
             scope: self.clone(),
+            grad: self.grad,
         }
     }
 
@@ -109,6 +124,9 @@ pub struct Carried<F> {
     /// `None` only while it is dropped.
     inner: Option<Pin<Box<F>>>,
     scope: ScopeHandle,
+    /// The autograd mode its last poll ended with (at first, the handle's): the next poll
+    /// starts with it, as a task keeps its own thread-local state between polls.
+    grad: c_int,
 }
 
 impl<F: Future> Future for Carried<F> {
@@ -117,7 +135,12 @@ impl<F: Future> Future for Carried<F> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = &mut *self;
         let inner = this.inner.as_mut().expect("polled after it was dropped");
-        this.scope.in_scope(|| inner.as_mut().poll(cx))
+        let entered = this.scope.enter(this.grad);
+        let poll = inner.as_mut().poll(cx);
+        if entered.grad.is_some() {
+            this.grad = grad::mode();
+        }
+        poll
     }
 }
 
