@@ -197,3 +197,25 @@ fn a_phantom_data_field_holds_nothing_and_bounds_nothing() {
     assert_eq!(report.kept, common::block(16), "{report}");
     drop(typed.value);
 }
+
+mod user {
+    /// A type of the user's that happens to be called `PhantomData`, and holds a tensor.
+    #[derive(gpu_scope::Tensors)]
+    pub struct PhantomData(pub tch::Tensor);
+}
+
+#[derive(Tensors)]
+struct Holder {
+    inner: user::PhantomData,
+}
+
+#[test]
+fn only_the_standard_phantom_data_is_skipped() {
+    let (holder, report) = scope(strict("not phantom"), || Holder {
+        inner: user::PhantomData(floats(8)),
+    })
+    .unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.kept, common::block(32), "{report}");
+    drop(holder.inner.0);
+}

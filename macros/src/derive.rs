@@ -36,11 +36,26 @@ fn skipped(attrs: &[Attribute]) -> syn::Result<bool> {
     Ok(skip.unwrap_or(false))
 }
 
-/// Whether a field is not visited: marked `#[tensors(skip)]`, or a `PhantomData`, which holds
-/// nothing (and asks nothing of the type parameter it names).
+/// Whether a field is not visited: marked `#[tensors(skip)]`, or the standard `PhantomData`
+/// (`PhantomData`, `std::marker::PhantomData`, `core::marker::PhantomData`), which holds
+/// nothing and asks nothing of the type parameter it names.
 fn skipped_field(field: &syn::Field) -> syn::Result<bool> {
-    let phantom = matches!(&field.ty, syn::Type::Path(p)
-        if p.path.segments.last().is_some_and(|s| s.ident == "PhantomData"));
+    let phantom = match &field.ty {
+        syn::Type::Path(p) if p.qself.is_none() => {
+            let names: Vec<String> = p
+                .path
+                .segments
+                .iter()
+                .map(|s| s.ident.to_string())
+                .collect();
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            matches!(
+                names[..],
+                ["PhantomData"] | ["std" | "core", "marker", "PhantomData"]
+            )
+        }
+        _ => false,
+    };
     Ok(skipped(&field.attrs)? || phantom)
 }
 
@@ -55,22 +70,6 @@ fn on_the_type(attrs: &[Attribute]) -> syn::Result<()> {
         )),
         None => Ok(()),
     }
-}
-
-/// Whether `attr` is `#[repr(packed)]` or `#[repr(packed(N))]`, among other hints.
-fn is_packed(attr: &Attribute) -> bool {
-    let mut packed = false;
-    if attr.path().is_ident("repr") {
-        let _ = attr.parse_nested_meta(|meta| {
-            packed |= meta.path.is_ident("packed");
-            // `packed(2)`, `align(8)`: their arguments are not looked at.
-            if meta.input.peek(syn::token::Paren) {
-                let _ = meta.input.parse::<proc_macro2::Group>();
-            }
-            Ok(())
-        });
-    }
-    packed
 }
 
 /// Binds each visited field of `fields` and returns the pattern and the visit statements.
@@ -148,14 +147,6 @@ fn visited_params(input: &DeriveInput) -> syn::Result<Vec<syn::Ident>> {
 pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
     let input: DeriveInput = syn::parse2(input)?;
     on_the_type(&input.attrs)?;
-    if let Some(packed) = input.attrs.iter().find(|a| is_packed(a)) {
-        return Err(syn::Error::new_spanned(
-            packed,
-            "`Tensors` cannot be derived for a `#[repr(packed)]` type: its fields may be \
-             unaligned, and visiting them needs references to them; drop `packed`, or implement \
-             `gpu_scope::Tensors` by hand",
-        ));
-    }
     let name = &input.ident;
     let set = syn::Ident::new("__gpu_scope_set", Span::mixed_site());
     let arms =

@@ -49,11 +49,7 @@ fn rewrite(ScopedBlock { options, block }: ScopedBlock) -> TokenStream {
         Some(Stmt::Expr(tail, None)) => tail.span(),
         _ => block.brace_token.span.join(),
     };
-    // A block that always leaves early has no value to keep (and `!` is no `Tensors`: where
-    // nothing else gives the value a type, rustc would refuse the bound).
-    if !valid::leaves_early(&block) {
-        keep.checked(local::local(VALUE, value_at), None, value_at);
-    }
+    keep.checked(local::local(VALUE, value_at), None, value_at);
     for entry in options.keep.iter().flat_map(|k| &k.value) {
         keep.checked(entry, None, entry.span());
     }

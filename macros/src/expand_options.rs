@@ -60,8 +60,10 @@ pub(crate) fn scope_options(
     }
     if let Some(device) = &options.device {
         let device = &device.value;
+        // Typed where it is written: a wrong type is an error at the expression (not at the
+        // runtime's method), and `.into()` knows what to convert to.
         let device = quote_spanned! {local::at(device.span())=>
-            #private::DeviceArg::device(#device)
+            { let device: #private::Device = #device; device }
         };
         out.extend(quote_spanned!(span=> .device(#device)));
     }

@@ -77,35 +77,36 @@ pub(crate) fn validate_block(scoped: &ScopedBlock) -> syn::Result<()> {
     errors.finish()
 }
 
-/// A block that ends in a `loop` without `break`: its value would be `!`, and its scope could
-/// never end.
+/// The last statement of a block that can only leave early, and what to write instead: its
+/// scope would never be checked (and its value, `!`, is no `Tensors`).
 fn never_ends(block: &syn::Block) -> Option<(&Expr, String)> {
-    match block.stmts.last()? {
-        syn::Stmt::Expr(last @ Expr::Loop(l), _)
-            if !has_break(quote::ToTokens::to_token_stream(&l.body)) =>
-        {
-            Some((
+    let Some(syn::Stmt::Expr(last, _)) = block.stmts.last() else {
+        return None;
+    };
+    let word = match last {
+        Expr::Return(_) => "return",
+        Expr::Break(_) => "break",
+        Expr::Continue(_) => "continue",
+        Expr::Loop(l) if !has_break(quote::ToTokens::to_token_stream(&l.body)) => {
+            return Some((
                 last,
-                "this block never ends (a `loop` without `break`), so its scope could never be \
-                 checked: open the scope inside the loop (`loop { scope!({ ... }) }`), or put \
-                 the loop in a `#[gpu_scope]` function returning `!`"
+                "this block can only leave early (it ends in a `loop` without `break`), so its \
+                 scope would never be checked: open the scope inside the loop \
+                 (`loop { scope!({ ... }) }`), or put the loop in a `#[gpu_scope]` function \
+                 returning `!`"
                     .to_owned(),
-            ))
+            ));
         }
-        _ => None,
-    }
-}
-
-/// Whether a block always leaves before its end (its last statement is a `return`, `break` or
-/// `continue`): its value, `!`, is never there to be kept, and its scope ends unchecked.
-pub(crate) fn leaves_early(block: &syn::Block) -> bool {
-    matches!(
-        block.stmts.last(),
-        Some(syn::Stmt::Expr(
-            Expr::Return(_) | Expr::Break(_) | Expr::Continue(_),
-            _
-        ))
-    )
+        _ => return None,
+    };
+    Some((
+        last,
+        format!(
+            "this block always leaves with `{word}` before its end, so its scope would never be \
+             checked (leaving early skips the check): end the block with its value and `{word}` \
+             after the `scope!` (`let value = scope!({{ ... }});` then `{word}`)"
+        ),
+    ))
 }
 
 /// Whether `tokens` hold a `break` anywhere (a labelled one may leave an outer loop).

@@ -14,6 +14,7 @@ pub use crate::options::{EscapePolicy, ReleasePolicy, ScopeOptions};
 pub use crate::tensors::{StorageSet, Tensors};
 pub use std::borrow::ToOwned;
 pub use std::convert::AsRef;
+pub use tch::Device;
 
 /// The scope of `#[gpu_scope]` and `scope!`. It decides, from the scope's options, what a
 /// failure to enter and an escape do; generated code only routes the `Err` of the `try_`
@@ -139,28 +140,6 @@ macro_rules! budget {
     };
 }
 budget!(u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize);
-
-/// What `device = <expr>` takes: a `tch::Device` (or a reference to one).
-#[diagnostic::on_unimplemented(
-    message = "`device` takes a `tch::Device` (`tch::Device::Cuda(0)`, `tch::Device::Cpu`), \
-               not `{Self}`",
-    label = "not a `tch::Device`"
-)]
-pub trait DeviceArg {
-    fn device(self) -> tch::Device;
-}
-
-impl DeviceArg for tch::Device {
-    fn device(self) -> tch::Device {
-        self
-    }
-}
-
-impl DeviceArg for &tch::Device {
-    fn device(self) -> tch::Device {
-        *self
-    }
-}
 
 /// The return type of a function under `on_escape = error`: a `Result`, to carry the escape.
 #[diagnostic::on_unimplemented(
