@@ -39,6 +39,14 @@ fn params() -> u64 {
     block(4 * 16 * 4) + block(4 * 4)
 }
 
+/// A real leak: 32 floats kept in a global.
+fn leak_floats() {
+    LEAKED
+        .lock()
+        .unwrap()
+        .push(Tensor::zeros([32], (Kind::Float, device())));
+}
+
 fn train(s: &mut Setup, leak: bool) -> Result<gpu_scope::ScopeReport, gpu_scope::Error> {
     let opts = strict("train").keep_grad_mode(true);
     scope(opts, || {
@@ -46,10 +54,7 @@ fn train(s: &mut Setup, leak: bool) -> Result<gpu_scope::ScopeReport, gpu_scope:
         let loss = s.model.forward(&s.x).mse_loss(&s.y, Reduction::Mean);
         s.opt.backward_step(&loss);
         if leak {
-            LEAKED
-                .lock()
-                .unwrap()
-                .push(Tensor::zeros([32], (Kind::Float, device())));
+            leak_floats();
         }
     })
     .map(|(_, r)| r)
@@ -164,10 +169,7 @@ fn a_step_that_zeroes_its_gradients_last_holds_its_state_on_purpose() {
             s.opt.step();
             s.opt.zero_grad();
             if leak {
-                LEAKED
-                    .lock()
-                    .unwrap()
-                    .push(Tensor::zeros([32], (Kind::Float, device())));
+                leak_floats();
             }
         })
         .map(|(_, r)| r)
@@ -254,10 +256,7 @@ fn a_step_whose_backward_ran_in_other_scopes_holds_its_state_on_purpose() {
 
     let step = Scope::enter(strict("step and leak").keep_grad_mode(true)).unwrap();
     s.opt.step();
-    LEAKED
-        .lock()
-        .unwrap()
-        .push(Tensor::zeros([32], (Kind::Float, device())));
+    leak_floats();
     let r = escaped(step.exit(&s.opt));
     assert_eq!(r.escaped_bytes, block(128), "{r}");
     LEAKED.lock().unwrap().clear();
@@ -329,10 +328,7 @@ fn a_graph_made_outside_hides_no_leak() {
     let r = escaped(
         scope(strict("graph-outside"), || {
             let y = &h + 1.0;
-            LEAKED
-                .lock()
-                .unwrap()
-                .push(Tensor::zeros([32], (Kind::Float, device())));
+            leak_floats();
             drop(y);
             &h
         })
@@ -361,10 +357,7 @@ fn a_graph_made_before_a_training_step_hides_no_leak_in_it() {
         s.opt.backward_step(&loss);
         drop(loss);
         if leak {
-            LEAKED
-                .lock()
-                .unwrap()
-                .push(Tensor::zeros([32], (Kind::Float, device())));
+            leak_floats();
         }
         // The features are the caller's: handed back, with their graph.
         step.exit(&feats)
