@@ -904,7 +904,7 @@ pub(crate) struct Closed {
 
 /// The live entries of a frame, when the check must look at them before closing it: some
 /// were made during a backward pass or on an accelerator. Otherwise none. Also the sizes of
-/// the gradients made in it.
+/// the gradients freed after their backward pass (`FrameState::gradients`).
 pub(crate) fn entries_to_inspect(frame: &Frame) -> (Vec<Key>, FxHashSet<(DeviceId, u64)>) {
     let state = frame.lock();
     let accelerator = state.stats.devices.iter().any(|(d, _)| !d.is_cpu());
