@@ -627,3 +627,43 @@ fn an_instrumented_future_keeps_its_own_autograd_mode_between_polls() {
         "the guard held across the await"
     );
 }
+
+/// Pending once, then ready.
+#[derive(Default)]
+struct YieldOnce(bool);
+
+impl Future for YieldOnce {
+    type Output = ();
+    fn poll(mut self: std::pin::Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+        match std::mem::replace(&mut self.0, true) {
+            true => Poll::Ready(()),
+            false => Poll::Pending,
+        }
+    }
+}
+
+/// A future that first ran while its scope was open keeps its own autograd mode in the polls
+/// after the scope ended, and gives the thread its mode back after each (a guard it dropped
+/// there turned autograd off for the thread for good).
+#[test]
+fn an_instrumented_future_keeps_its_mode_after_its_scope_ended() {
+    let w = floats(64).reshape([8, 8]).set_requires_grad(true);
+    let scope = Scope::enter(strict("ended between polls")).unwrap();
+    let handle = gpu_scope::current().unwrap();
+    let mut future = Box::pin(handle.instrument(async move {
+        let _off = tch::no_grad_guard();
+        YieldOnce::default().await;
+        w.matmul(&w).requires_grad()
+    }));
+    assert!(future.as_mut().poll(&mut noop_context()).is_pending());
+    scope.exit(&()).unwrap();
+    let Poll::Ready(made_graph) = future.as_mut().poll(&mut noop_context()) else {
+        panic!("ready on the second poll");
+    };
+    assert!(!made_graph, "the guard held across the await");
+    let w = floats(64).reshape([8, 8]).set_requires_grad(true);
+    assert!(
+        w.matmul(&w).requires_grad(),
+        "the thread's own mode (on) was left changed"
+    );
+}

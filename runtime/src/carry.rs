@@ -69,12 +69,13 @@ impl ScopeHandle {
     /// thread's autocast cache is cleared when `f` returns (the scope's exit could not reach
     /// its casts).
     pub fn in_scope<R>(&self, f: impl FnOnce() -> R) -> R {
-        let _entered = self.enter(self.grad);
+        let _entered = self.enter(None);
         f()
     }
 
-    /// Puts the scope on this thread, with autograd in mode `grad` while it is open.
-    fn enter(&self, grad: c_int) -> Entered {
+    /// Puts the scope on this thread, with autograd in the mode of work that `carried` ran
+    /// with before (a future between polls) or else, while the scope is open, the handle's.
+    fn enter(&self, carried: Option<c_int>) -> Entered {
         let chain = self.open();
         let own = chain
             .as_ref()
@@ -83,9 +84,10 @@ impl ScopeHandle {
             let operators = chain[0].location().is_some_and(sites::attributed);
             thread::push_carried(chain, operators).ok()
         });
+        let mode = carried.or(own.then_some(self.grad));
         Entered {
             token,
-            grad: own.then(|| grad::set(grad)),
+            grad: mode.map(grad::set),
         }
     }
 
@@ -102,12 +104,14 @@ impl ScopeHandle {
         )
     }
 
-    /// Wraps a future so that each of its polls runs [`in_scope`](Self::in_scope).
+    /// Wraps a future so that each of its polls runs [`in_scope`](Self::in_scope). Once a
+    /// poll ran with the scope's autograd mode, the next starts with the mode the last one
+    /// ended with, after the scope ended too: a task keeps its thread-local state.
     pub fn instrument<F: Future>(&self, future: F) -> Carried<F> {
         Carried {
             inner: Some(Box::pin(future)),
             scope: self.clone(),
-            grad: self.grad,
+            grad: None,
         }
     }
 
@@ -124,9 +128,10 @@ pub struct Carried<F> {
     /// `None` only while it is dropped.
     inner: Option<Pin<Box<F>>>,
     scope: ScopeHandle,
-    /// The autograd mode its last poll ended with (at first, the handle's): the next poll
-    /// starts with it, as a task keeps its own thread-local state between polls.
-    grad: c_int,
+    /// The autograd mode its last poll ended with, once a poll ran with one (the handle's,
+    /// while the scope was open): the next poll starts with it, whether the scope is open
+    /// or not, as a task keeps its own thread-local state between polls.
+    grad: Option<c_int>,
 }
 
 impl<F: Future> Future for Carried<F> {
@@ -138,7 +143,7 @@ impl<F: Future> Future for Carried<F> {
         let entered = this.scope.enter(this.grad);
         let poll = inner.as_mut().poll(cx);
         if entered.grad.is_some() {
-            this.grad = grad::mode();
+            this.grad = Some(grad::mode());
         }
         poll
     }
@@ -149,7 +154,8 @@ impl<F> Drop for Carried<F> {
         // Dropped in the scope too: a cancelled async scope inside hands what it leaves
         // behind to the scope it was carried into, not to nothing.
         if let Some(inner) = self.inner.take() {
-            self.scope.in_scope(|| drop(inner));
+            let _entered = self.scope.enter(self.grad);
+            drop(inner);
         }
     }
 }
