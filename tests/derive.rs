@@ -2,6 +2,7 @@
 mod common;
 use common::{floats, strict};
 use gpu_scope::{scope, StorageSet, Tensors};
+use std::marker;
 use tch::nn::{self, Module};
 use tch::{Device, Tensor};
 
@@ -177,11 +178,12 @@ fn a_field_typed_by_a_macro_is_visited() {
 }
 
 /// A `PhantomData` field holds nothing: the derive skips it, and asks nothing of the type
-/// parameter it names (`Typed<Meters>` with `Meters` not `Tensors`).
+/// parameter it names (`Typed<Meters>` with `Meters` not `Tensors`), however it is spelled.
 #[derive(Tensors)]
 struct Typed<U> {
     value: Tensor,
     unit: std::marker::PhantomData<U>,
+    tag: marker::PhantomData<U>,
 }
 
 struct Meters;
@@ -191,6 +193,7 @@ fn a_phantom_data_field_holds_nothing_and_bounds_nothing() {
     let (typed, report) = scope(strict("phantom"), || Typed::<Meters> {
         value: floats(4),
         unit: std::marker::PhantomData,
+        tag: marker::PhantomData,
     })
     .unwrap();
     assert!(report.is_clean(), "{report}");

@@ -37,8 +37,9 @@ fn skipped(attrs: &[Attribute]) -> syn::Result<bool> {
 }
 
 /// Whether a field is not visited: marked `#[tensors(skip)]`, or the standard `PhantomData`
-/// (`PhantomData`, `std::marker::PhantomData`, `core::marker::PhantomData`), which holds
-/// nothing and asks nothing of the type parameter it names.
+/// (`PhantomData`, `marker::PhantomData`, `std::marker::PhantomData`,
+/// `core::marker::PhantomData`), which holds nothing and asks nothing of the type parameter it
+/// names.
 fn skipped_field(field: &syn::Field) -> syn::Result<bool> {
     let phantom = match &field.ty {
         syn::Type::Path(p) if p.qself.is_none() => {
@@ -51,7 +52,9 @@ fn skipped_field(field: &syn::Field) -> syn::Result<bool> {
             let names: Vec<&str> = names.iter().map(String::as_str).collect();
             matches!(
                 names[..],
-                ["PhantomData"] | ["std" | "core", "marker", "PhantomData"]
+                ["PhantomData"]
+                    | ["marker", "PhantomData"]
+                    | ["std" | "core", "marker", "PhantomData"]
             )
         }
         _ => false,
