@@ -87,11 +87,11 @@ fn never_ends(block: &syn::Block) -> Option<(&Expr, String)> {
         Expr::Return(_) => "return",
         Expr::Break(_) => "break",
         Expr::Continue(_) => "continue",
-        Expr::Loop(l) if !has_break(quote::ToTokens::to_token_stream(&l.body)) => {
+        Expr::Loop(l) if !loop_ends(l) => {
             return Some((
                 last,
-                "this block can only leave early (it ends in a `loop` without `break`), so its \
-                 scope would never be checked: open the scope inside the loop \
+                "this block can only leave early (it ends in a `loop` that no `break` ends), so \
+                 its scope would never be checked: open the scope inside the loop \
                  (`loop { scope!({ ... }) }`), or put the loop in a `#[gpu_scope]` function \
                  returning `!`"
                     .to_owned(),
@@ -109,7 +109,89 @@ fn never_ends(block: &syn::Block) -> Option<(&Expr, String)> {
     ))
 }
 
-/// Whether `tokens` hold a `break` anywhere (a labelled one may leave an outer loop).
+/// Whether a `break` in the loop's body ends it: one without a label outside the loops nested
+/// in it, or one naming its label (not one leaving a loop around the `scope!`). A macro in the
+/// body might hold one its input does not show, except the standard macros (whose input is
+/// looked at as tokens).
+fn loop_ends(l: &syn::ExprLoop) -> bool {
+    let mut finder = LoopBreak {
+        label: l.label.as_ref().map(|l| &l.name.ident),
+        nested: 0,
+        found: false,
+    };
+    finder.visit_block(&l.body);
+    finder.found
+}
+
+struct LoopBreak<'a> {
+    label: Option<&'a proc_macro2::Ident>,
+    /// How many loops around the current point are nested inside the one looked at.
+    nested: usize,
+    found: bool,
+}
+
+/// The standard macros, which cannot break out of a loop but through their input.
+const STD_MACROS: &[&str] = &[
+    "assert",
+    "assert_eq",
+    "assert_ne",
+    "dbg",
+    "debug_assert",
+    "debug_assert_eq",
+    "debug_assert_ne",
+    "eprint",
+    "eprintln",
+    "format",
+    "format_args",
+    "matches",
+    "panic",
+    "print",
+    "println",
+    "todo",
+    "unimplemented",
+    "unreachable",
+    "vec",
+    "write",
+    "writeln",
+];
+
+impl LoopBreak<'_> {
+    fn nest(&mut self, visit: impl FnOnce(&mut Self)) {
+        self.nested += 1;
+        visit(self);
+        self.nested -= 1;
+    }
+}
+
+impl Visit<'_> for LoopBreak<'_> {
+    fn visit_expr_break(&mut self, b: &syn::ExprBreak) {
+        self.found |= match &b.label {
+            None => self.nested == 0,
+            Some(label) => self.label == Some(&label.ident),
+        };
+        syn::visit::visit_expr_break(self, b);
+    }
+    fn visit_expr_loop(&mut self, e: &syn::ExprLoop) {
+        self.nest(|v| syn::visit::visit_expr_loop(v, e));
+    }
+    fn visit_expr_while(&mut self, e: &syn::ExprWhile) {
+        self.nest(|v| syn::visit::visit_expr_while(v, e));
+    }
+    fn visit_expr_for_loop(&mut self, e: &syn::ExprForLoop) {
+        self.nest(|v| syn::visit::visit_expr_for_loop(v, e));
+    }
+    // A `break` cannot leave these.
+    fn visit_expr_async(&mut self, _: &syn::ExprAsync) {}
+    fn visit_expr_closure(&mut self, _: &syn::ExprClosure) {}
+    fn visit_item(&mut self, _: &syn::Item) {}
+    fn visit_macro(&mut self, m: &syn::Macro) {
+        let name = m.path.segments.last().map(|s| s.ident.to_string());
+        let standard = name.is_some_and(|n| STD_MACROS.contains(&n.as_str()));
+        self.found |= !standard || has_break(m.tokens.clone());
+    }
+}
+
+/// Whether `tokens` hold a `break` anywhere.
 fn has_break(tokens: proc_macro2::TokenStream) -> bool {
     tokens.into_iter().any(|tt| match tt {
         proc_macro2::TokenTree::Ident(i) => i == "break",

@@ -19,7 +19,25 @@ fn forever() -> ! {
     gpu_scope::scope!({ loop {} })
 }
 
+// Its `break`s leave a loop inside it, or a loop around the `scope!`: never the loop itself.
+fn batches(items: &[u32]) -> u32 {
+    'batches: for _ in items {
+        let _: () = gpu_scope::scope!({
+            loop {
+                for _ in 0..2 {
+                    break;
+                }
+                if items.is_empty() {
+                    break 'batches;
+                }
+                println!("{}", items.len());
+            }
+        });
+    }
+    0
+}
+
 fn main() {
-    let _ = (first(0), each(&[1]));
+    let _ = (first(0), each(&[1]), batches(&[1]));
     forever()
 }
