@@ -37,4 +37,28 @@ fn cpu_stats_count_live_scoped_blocks_and_their_peak() {
     .unwrap();
     assert_eq!(memory_stats(Device::Cpu).unwrap().allocated, 0);
     drop(outside);
+
+    // Counted per allocating thread (threads share no counter): a block freed on another
+    // thread is taken off its own thread's count, and the peak of threads that allocated one
+    // after the other is the sum of their highest (never below the true peak, 4000 here).
+    reset_peak(Device::Cpu).unwrap();
+    let in_scope = |n| {
+        scope(ScopeOptions::new("worker"), || cpu_floats(n))
+            .unwrap()
+            .0
+    };
+    let made = std::thread::spawn(move || in_scope(1000)).join().unwrap();
+    let stats = memory_stats(Device::Cpu).unwrap();
+    assert_eq!((stats.allocated, stats.peak), (4000, 4000));
+    drop(made);
+    assert_eq!(
+        memory_stats(Device::Cpu).unwrap().allocated,
+        0,
+        "freed here"
+    );
+    drop(std::thread::spawn(move || in_scope(500)).join().unwrap());
+    let stats = memory_stats(Device::Cpu).unwrap();
+    assert_eq!((stats.allocated, stats.peak), (0, 6000));
+    reset_peak(Device::Cpu).unwrap();
+    assert_eq!(memory_stats(Device::Cpu).unwrap().peak, 0);
 }

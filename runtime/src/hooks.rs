@@ -125,6 +125,7 @@ pub unsafe extern "C" fn gs_rust_on_alloc(
             cpu: device.is_cpu().then_some(CpuOrigin {
                 ctx: orig_ctx as usize,
                 deleter: orig_deleter,
+                counter: 0,
             }),
         };
         if ledger::record_alloc(chain, (ptr as usize, device), entry) && device.is_cpu() {

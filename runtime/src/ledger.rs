@@ -35,6 +35,8 @@ pub(crate) struct CpuOrigin {
     /// The original context pointer, as a number (it is only handed back to the shim).
     pub ctx: usize,
     pub deleter: crate::ffi::Deleter,
+    /// The slot of `CPU_BYTES` its bytes are counted in (its allocating thread's).
+    pub counter: u8,
 }
 
 /// What libtorch was doing when an allocation was made.
@@ -511,9 +513,15 @@ thread_local! {
     };
 }
 
+/// This thread's slot in the per-thread counters.
+fn thread_slot() -> usize {
+    THREAD_IDS.try_with(|t| t.0 as usize % 16).unwrap_or(0)
+}
+
 fn open_frames(delta: isize) {
-    let slot = THREAD_IDS.try_with(|t| t.0 as usize % 16).unwrap_or(0);
-    OPEN_FRAMES[slot].0.fetch_add(delta, Ordering::Relaxed);
+    OPEN_FRAMES[thread_slot()]
+        .0
+        .fetch_add(delta, Ordering::Relaxed);
 }
 
 /// Spare frames kept per thread (scopes nest a few deep).
@@ -613,10 +621,22 @@ pub(crate) mod spare {
     }
 }
 
-/// Bytes of the CPU blocks whose deleter the shim replaced that are alive now, and their peak
-/// (the CPU's `memory_stats`). While it is 0, CPU frees return at once.
-static CPU_LIVE: AtomicU64 = AtomicU64::new(0);
-static CPU_PEAK: AtomicU64 = AtomicU64::new(0);
+/// Bytes of the CPU blocks whose deleter the shim replaced that are alive now, and their
+/// peak (the CPU's `memory_stats`), counted per allocating thread (by its number, in cache
+/// lines of their own: threads allocating at a high rate would fight over one counter) and
+/// summed when asked. A block's free takes its bytes off its allocating thread's slot.
+static CPU_BYTES: [CachePadded<CpuBytes>; 16] = [const {
+    CachePadded(CpuBytes {
+        live: AtomicU64::new(0),
+        peak: AtomicU64::new(0),
+    })
+}; 16];
+
+struct CpuBytes {
+    live: AtomicU64,
+    /// The highest `live` of this slot since the last reset.
+    peak: AtomicU64,
+}
 
 /// A CPU block's shard is that of the 64 KiB region that holds it: a thread's CPU blocks mostly
 /// come from its own allocator arena, so two threads seldom share a shard and the cache lines
@@ -629,7 +649,7 @@ fn shard(key: Key) -> MutexGuard<'static, FxHashMap<Key, Entry>> {
     shard.0.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Keeps count of accelerator entries (CPU blocks are counted in bytes by `CPU_LIVE`).
+/// Keeps count of accelerator entries (CPU blocks are counted in bytes by `CPU_BYTES`).
 #[inline]
 fn counted(key: Key, delta: isize) {
     if key.1.is_cpu() {
@@ -683,11 +703,12 @@ pub(crate) fn record_alloc(chain: Chain, key: Key, mut entry: Entry) -> bool {
     };
     entry.chain = Some(chain);
     entry.owner = u8::try_from(owner).unwrap_or(0);
-    if key.1.is_cpu() && entry.cpu.is_some() {
-        let live = CPU_LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        // Written only when it rises: threads do not fight over it at every allocation.
-        if live > CPU_PEAK.load(Ordering::Relaxed) {
-            CPU_PEAK.fetch_max(live, Ordering::Relaxed);
+    if let Some(cpu) = &mut entry.cpu {
+        cpu.counter = thread_slot() as u8;
+        let counter = &CPU_BYTES[cpu.counter as usize].0;
+        let live = counter.live.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        if live > counter.peak.load(Ordering::Relaxed) {
+            counter.peak.fetch_max(live, Ordering::Relaxed);
         }
     }
     counted(key, 1);
@@ -786,8 +807,9 @@ fn discharge(key: Key, entry: &Entry, freed: bool, except: Option<&Arc<Frame>>) 
 /// An entry is gone: freed, or (`freed` false) no longer tracked.
 #[inline]
 fn release(key: Key, entry: Entry, freed: bool) {
-    if freed && entry.cpu.is_some() {
-        CPU_LIVE.fetch_sub(entry.bytes, Ordering::Relaxed);
+    if let (true, Some(cpu)) = (freed, &entry.cpu) {
+        let counter = &CPU_BYTES[cpu.counter as usize].0;
+        counter.live.fetch_sub(entry.bytes, Ordering::Relaxed);
     }
     discharge(key, &entry, freed, None);
 }
@@ -795,12 +817,8 @@ fn release(key: Key, entry: Entry, freed: bool) {
 /// A block was freed. Returns how libtorch frees it if the shim replaced its CPU deleter.
 #[inline]
 pub(crate) fn record_free(key: Key) -> Option<CpuOrigin> {
-    let none_tracked = if key.1.is_cpu() {
-        CPU_LIVE.load(Ordering::Relaxed) == 0
-    } else {
-        ACCELERATOR_ENTRIES.load(Ordering::Relaxed) == 0
-    };
-    if none_tracked {
+    // CPU frees come only from deleters the shim replaced: their blocks were tracked.
+    if !key.1.is_cpu() && ACCELERATOR_ENTRIES.load(Ordering::Relaxed) == 0 {
         return None;
     }
     let entry = remove(key)?;
@@ -1170,14 +1188,20 @@ pub(crate) fn counts() -> (usize, usize, usize) {
 
 /// Bytes of CPU blocks made inside scopes that are still alive, and their peak.
 pub(crate) fn cpu_scoped_bytes() -> (u64, u64) {
-    (
-        CPU_LIVE.load(Ordering::Relaxed),
-        CPU_PEAK.load(Ordering::Relaxed),
-    )
+    CPU_BYTES.iter().fold((0, 0), |(live, peak), c| {
+        let this = c.0.live.load(Ordering::Relaxed);
+        (
+            live + this,
+            peak + c.0.peak.load(Ordering::Relaxed).max(this),
+        )
+    })
 }
 
 pub(crate) fn reset_cpu_peak() {
-    CPU_PEAK.store(CPU_LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
+    for c in &CPU_BYTES {
+        c.0.peak
+            .store(c.0.live.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
 }
 
 #[cfg(test)]

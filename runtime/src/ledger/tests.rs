@@ -134,6 +134,7 @@ fn an_escaped_cpu_block_keeps_its_original_deleter() {
     e.cpu = Some(CpuOrigin {
         ctx: 42,
         deleter: None,
+        counter: 0,
     });
     assert!(record_alloc(chain(&[&frame]), cpu_key, e));
     let closed = close(&frame, None, &Escapes);
