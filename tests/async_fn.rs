@@ -250,9 +250,60 @@ async fn graph_across_a_suspension(w: &Tensor) -> Result<Tensor, Error> {
     Ok(t.sum(tch::Kind::Float))
 }
 
-/// An async scope's graph made in an earlier poll still holds what it saved: a scope that
-/// moved between polls counts every graph a kept tensor has as its own (on one thread too,
-/// where autograd's node numbers at its later polls are past the graph's).
+static HEAD_LEAK: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
+
+#[gpu_scope(keep_grad, on_escape = error)]
+async fn head_step(w: &Tensor, feats: &Tensor, leak: bool) -> Result<Tensor, Error> {
+    let loss = feats.matmul(w).tanh().sum(tch::Kind::Float);
+    loss.backward();
+    drop(loss);
+    if leak {
+        HEAD_LEAK.lock().unwrap().push(floats(32));
+    }
+    tokio::task::yield_now().await;
+    // The features are the caller's: handed back, with their graph.
+    Ok(feats.shallow_clone())
+}
+
+/// An async step handed features whose graph was made before it (an encoder run outside):
+/// that graph saved nothing the step made, so a leak beside it is an escape, though the scope
+/// was taken off its thread between polls.
+#[test]
+fn a_graph_made_before_an_async_step_hides_no_leak_in_it() {
+    use std::future::Future;
+    let device = common::device();
+    let w = Tensor::randn([8, 8], (tch::Kind::Float, device)).set_requires_grad(true);
+    let encoder = Tensor::randn([8, 8], (tch::Kind::Float, device)).set_requires_grad(true);
+    let x = Tensor::ones([4, 8], (tch::Kind::Float, device));
+    let run = |leak: bool| {
+        let feats = x.matmul(&encoder).tanh();
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let mut f = Box::pin(head_step(&w, &feats, leak));
+        loop {
+            if let std::task::Poll::Ready(out) = f.as_mut().poll(&mut cx) {
+                break out;
+            }
+        }
+    };
+    let clean = run(false).unwrap();
+    let report = gpu_scope::last_report().unwrap();
+    assert!(report.is_clean(), "{report}");
+    drop(clean);
+    let report = match run(true) {
+        Err(Error::Escaped(report)) => report,
+        other => panic!("expected an escape, got {other:?}"),
+    };
+    assert_eq!(report.escaped_bytes, block(128), "{report}");
+    assert_eq!(
+        report.held_by(gpu_scope::HeldBy::AutogradGraph),
+        0,
+        "{report}"
+    );
+    HEAD_LEAK.lock().unwrap().clear();
+}
+
+/// An async scope's graph made in an earlier poll still holds what it saved: its graphs begin
+/// at its entry (autograd's node numbers at its later polls are past the graph's).
 #[test]
 fn a_graph_made_before_a_suspension_holds_what_it_saved() {
     use std::future::Future;

@@ -47,6 +47,9 @@ pub(crate) struct OpenScope {
     attributed: bool,
     /// It was taken off its thread between polls (an async scope) at least once.
     suspended: bool,
+    /// The thread it was entered on and that thread's count of autograd nodes then, kept when
+    /// it is first taken off (a later placement's count is not its start).
+    since: Option<(u64, u64)>,
     closed: bool,
 }
 
@@ -65,6 +68,7 @@ impl OpenScope {
             placed: None,
             attributed: true,
             suspended: false,
+            since: None,
             closed: false,
         };
         scope.place(true)?;
@@ -95,6 +99,9 @@ impl OpenScope {
     /// Takes the scope off its thread without ending it (an async scope between polls).
     pub(crate) fn suspend(&mut self) {
         if let Some(placed) = self.placed.take() {
+            if !self.suspended {
+                self.since = thread::nodes_at(placed.token).map(|n| (ffi::thread_id(), n));
+            }
             self.suspended = true;
             // Scopes still open inside it leave first, giving back their modes.
             thread::pop(placed.token);
@@ -200,14 +207,15 @@ impl OpenScope {
         report
     }
 
-    /// Where the scope's own graphs begin, for a kept tensor's graph: this thread and its count
-    /// of autograd nodes at the entry, if the scope has run only here since.
+    /// Where the scope's own graphs begin, for a kept tensor's graph: the thread it was
+    /// entered on and that thread's count of autograd nodes then (graphs made on other threads
+    /// may be its own: carried work, later polls).
     fn graph_since(&self, kept: &StorageSet) -> Option<(u64, u64)> {
         match &self.placed {
-            Some(p) if kept.autograd_graph && !self.suspended => {
-                thread::nodes_at(p.token).map(|nodes| (ffi::thread_id(), nodes))
-            }
-            _ => None,
+            _ if !kept.autograd_graph => None,
+            _ if self.suspended => self.since,
+            Some(p) => thread::nodes_at(p.token).map(|nodes| (ffi::thread_id(), nodes)),
+            None => None,
         }
     }
 
