@@ -537,6 +537,38 @@ fn infer(model: &nn::Sequential, x: &Tensor, leak: bool) -> Result<Tensor, Error
     Ok(model.forward(x))
 }
 
+/// A service's model, shared with each request's handler (no `VarStore` in it).
+#[derive(gpu_scope::Tensors)]
+struct Served {
+    net: nn::Sequential,
+}
+
+/// The model comes in an owned `Rc` (or `Arc`) the caller still holds: made before the scope,
+/// as a borrowed one, so its private tensors hide no leak either.
+#[gpu_scope(on_escape = error)]
+fn serve(model: Rc<Served>, x: &Tensor, leak: bool) -> Result<Tensor, Error> {
+    if leak {
+        SINK.lock().unwrap().push(floats(8));
+    }
+    Ok(model.net.forward(x))
+}
+
+#[test]
+fn a_module_in_an_owned_shared_argument_hides_no_leak() {
+    let _serial = common::serial();
+    let vs = nn::VarStore::new(Device::Cpu);
+    let model = Rc::new(Served {
+        net: nn::seq().add(nn::linear(vs.root(), 8, 2, Default::default())),
+    });
+    let x = Tensor::ones([1, 8], (Kind::Float, Device::Cpu));
+    let _y = serve(Rc::clone(&model), &x, false).unwrap();
+    let report = last_report().unwrap();
+    assert!(report.is_clean(), "{report}");
+    let err = serve(Rc::clone(&model), &x, true).unwrap_err();
+    assert_eq!(err.report().unwrap().escaped.len(), 1, "{err}");
+    SINK.lock().unwrap().clear();
+}
+
 /// Filled through a cell inside the scope, a module may be the scope's own: not inspected
 /// rather than escaped.
 #[gpu_scope(on_escape = error)]

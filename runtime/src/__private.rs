@@ -180,12 +180,14 @@ pub struct Owned<'a, T: ?Sized>(pub &'a T);
 #[allow(missing_debug_implementations)]
 pub struct SharedArc<T: ?Sized>(Option<std::sync::Weak<T>>);
 
+/// Its contents were made before the scope and, shared with the caller, cannot have been
+/// replaced inside (but through a cell or lock): tch's private modules in them hold nothing
+/// the scope made, as in a shared borrow.
 impl<T: Tensors + ?Sized> Tensors for SharedArc<T> {
     fn visit(&self, set: &mut StorageSet) {
-        self.0
-            .as_ref()
-            .and_then(std::sync::Weak::upgrade)
-            .visit(set)
+        if let Some(value) = self.0.as_ref().and_then(std::sync::Weak::upgrade) {
+            set.made_before(true, |set| value.visit(set))
+        }
     }
 }
 
@@ -193,9 +195,12 @@ impl<T: Tensors + ?Sized> Tensors for SharedArc<T> {
 #[allow(missing_debug_implementations)]
 pub struct SharedRc<T: ?Sized>(Option<std::rc::Weak<T>>);
 
+/// As [`SharedArc`]'s.
 impl<T: Tensors + ?Sized> Tensors for SharedRc<T> {
     fn visit(&self, set: &mut StorageSet) {
-        self.0.as_ref().and_then(std::rc::Weak::upgrade).visit(set)
+        if let Some(value) = self.0.as_ref().and_then(std::rc::Weak::upgrade) {
+            set.made_before(true, |set| value.visit(set))
+        }
     }
 }
 
