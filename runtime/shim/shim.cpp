@@ -190,7 +190,7 @@ void tracked_delete(void* data) {
   gs_deleter del = nullptr;
   int found = 0;
   // A block whose original deleter cannot be found is leaked rather than freed wrongly.
-  if (gs_rust_on_cpu_free(data, &ctx, &del, &found) == 0 && found != 0 && del != nullptr) {
+  if (gs_rust_on_cpu_free(data, 0, &ctx, &del, &found) == 0 && found != 0 && del != nullptr) {
     del(ctx);
   }
 }
@@ -203,7 +203,7 @@ void raw_delete(void* data) {
   void* ctx = nullptr;
   gs_deleter del = nullptr;
   int found = 0;
-  if (gs_rust_on_cpu_free(data, &ctx, &del, &found) == 0 && found != 0) {
+  if (gs_rust_on_cpu_free(data, 1, &ctx, &del, &found) == 0 && found != 0) {
     if (del != nullptr) del(ctx);
   } else if (inner_raw_deleter != nullptr) {
     inner_raw_deleter(data);

@@ -36,7 +36,9 @@ typedef struct {
 int gs_rust_on_alloc(const void* owner, void* ptr, size_t bytes, size_t requested, int dev_type,
                      int dev_index, const char* op, int flags, void* orig_ctx,
                      gs_deleter orig_deleter, int* tracked);
-int gs_rust_on_cpu_free(void* ptr, void** orig_ctx, gs_deleter* orig_deleter, int* found);
+// `raw`: freed through the raw deleter, which every raw block takes, tracked or not.
+int gs_rust_on_cpu_free(void* ptr, int raw, void** orig_ctx, gs_deleter* orig_deleter,
+                        int* found);
 int gs_rust_on_free(void* ptr, int dev_type, int dev_index);
 int gs_rust_note_tensor(void* ptr, int dev_type, int dev_index, const int64_t* dims, size_t ndim,
                         const char* dtype);

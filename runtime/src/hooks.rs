@@ -136,7 +136,7 @@ pub unsafe extern "C" fn gs_rust_on_alloc(
     })
 }
 
-/// A CPU block whose deleter the shim replaced (or any block freed through the CPU
+/// A CPU block whose deleter the shim replaced (or, `raw`, any block freed through the CPU
 /// allocator's raw deleter) dies, on whichever thread. If gpu-scope tracked it, `*found` is 1
 /// and the original context and deleter are handed back for the shim to free it.
 ///
@@ -145,12 +145,17 @@ pub unsafe extern "C" fn gs_rust_on_alloc(
 #[no_mangle]
 pub unsafe extern "C" fn gs_rust_on_cpu_free(
     ptr: *mut c_void,
+    raw: c_int,
     orig_ctx: *mut *mut c_void,
     orig_deleter: *mut Deleter,
     found: *mut c_int,
 ) -> c_int {
     guarded(|| {
-        let origin = ledger::record_free((ptr as usize, DeviceId::CPU));
+        // Raw blocks are looked up only while tracked CPU blocks exist.
+        let tracked = raw == 0 || ledger::cpu_tracked();
+        let origin = tracked
+            .then(|| ledger::record_free((ptr as usize, DeviceId::CPU)))
+            .flatten();
         // SAFETY: see the function's contract.
         unsafe {
             *found = c_int::from(origin.is_some());

@@ -817,7 +817,8 @@ fn release(key: Key, entry: Entry, freed: bool) {
 /// A block was freed. Returns how libtorch frees it if the shim replaced its CPU deleter.
 #[inline]
 pub(crate) fn record_free(key: Key) -> Option<CpuOrigin> {
-    // CPU frees come only from deleters the shim replaced: their blocks were tracked.
+    // A CPU block freed through a deleter the shim replaced was tracked (raw frees ask
+    // `cpu_tracked` first).
     if !key.1.is_cpu() && ACCELERATOR_ENTRIES.load(Ordering::Relaxed) == 0 {
         return None;
     }
@@ -1195,6 +1196,13 @@ pub(crate) fn cpu_scoped_bytes() -> (u64, u64) {
             peak + c.0.peak.load(Ordering::Relaxed).max(this),
         )
     })
+}
+
+/// Whether some CPU block whose deleter the shim replaced is alive (its bytes counted).
+pub(crate) fn cpu_tracked() -> bool {
+    CPU_BYTES
+        .iter()
+        .any(|c| c.0.live.load(Ordering::Relaxed) != 0)
 }
 
 pub(crate) fn reset_cpu_peak() {
