@@ -110,9 +110,9 @@ fn never_ends(block: &syn::Block) -> Option<(&Expr, String)> {
 }
 
 /// Whether a `break` in the loop's body ends it: one without a label outside the loops nested
-/// in it, or one naming its label (not one leaving a loop around the `scope!`). A macro in the
-/// body might hold one its input does not show, except the standard macros (whose input is
-/// looked at as tokens).
+/// in it, or one naming its label (not one leaving a loop around the `scope!`). A macro there
+/// might hold one its input does not show, except the standard and logging macros (whose input
+/// is looked at as tokens); inside a nested loop, only through the label (labels are hygienic).
 fn loop_ends(l: &syn::ExprLoop) -> bool {
     let mut finder = LoopBreak {
         label: l.label.as_ref().map(|l| &l.name.ident),
@@ -130,7 +130,7 @@ struct LoopBreak<'a> {
     found: bool,
 }
 
-/// The standard macros, which cannot break out of a loop but through their input.
+/// The standard and logging macros, which cannot break out of a loop but through their input.
 const STD_MACROS: &[&str] = &[
     "assert",
     "assert_eq",
@@ -139,18 +139,24 @@ const STD_MACROS: &[&str] = &[
     "debug_assert",
     "debug_assert_eq",
     "debug_assert_ne",
+    "debug",
     "eprint",
     "eprintln",
+    "error",
+    "event",
     "format",
     "format_args",
+    "info",
     "matches",
     "panic",
     "print",
     "println",
     "todo",
+    "trace",
     "unimplemented",
     "unreachable",
     "vec",
+    "warn",
     "write",
     "writeln",
 ];
@@ -178,7 +184,9 @@ impl Visit<'_> for LoopBreak<'_> {
         self.nest(|v| syn::visit::visit_expr_while(v, e));
     }
     fn visit_expr_for_loop(&mut self, e: &syn::ExprForLoop) {
-        self.nest(|v| syn::visit::visit_expr_for_loop(v, e));
+        // Its iterator is evaluated outside it.
+        self.visit_expr(&e.expr);
+        self.nest(|v| v.visit_block(&e.body));
     }
     // A `break` cannot leave these.
     fn visit_expr_async(&mut self, _: &syn::ExprAsync) {}
@@ -187,8 +195,27 @@ impl Visit<'_> for LoopBreak<'_> {
     fn visit_macro(&mut self, m: &syn::Macro) {
         let name = m.path.segments.last().map(|s| s.ident.to_string());
         let standard = name.is_some_and(|n| STD_MACROS.contains(&n.as_str()));
-        self.found |= !standard || has_break(m.tokens.clone());
+        self.found |= if self.nested > 0 {
+            self.label
+                .is_some_and(|label| has_label(m.tokens.clone(), label))
+        } else {
+            !standard || has_break(m.tokens.clone())
+        };
     }
+}
+
+/// Whether `tokens` name the label `label` anywhere.
+fn has_label(tokens: proc_macro2::TokenStream, label: &proc_macro2::Ident) -> bool {
+    let mut quote = false;
+    tokens.into_iter().any(|tt| {
+        let found = match &tt {
+            proc_macro2::TokenTree::Ident(i) => quote && i == label,
+            proc_macro2::TokenTree::Group(g) => has_label(g.stream(), label),
+            _ => false,
+        };
+        quote = matches!(&tt, proc_macro2::TokenTree::Punct(p) if p.as_char() == '\'');
+        found
+    })
 }
 
 /// Whether `tokens` hold a `break` anywhere.

@@ -1,3 +1,4 @@
+#![allow(unused_labels, unused_macros)] // the refused blocks expand to nothing
 fn first(n: u32) -> Result<u32, ()> {
     if n == 0 {
         gpu_scope::scope!({ return Ok(1) });
@@ -37,7 +38,31 @@ fn batches(items: &[u32]) -> u32 {
     0
 }
 
+macro_rules! info {
+    ($($t:tt)*) => { println!($($t)*) };
+}
+
+macro_rules! break_if {
+    ($done:expr) => {
+        if $done {
+            break;
+        }
+    };
+}
+
+// A logging macro holds no `break`; one in a nested loop ends that loop.
+fn logged(items: &[u32]) {
+    let _: () = gpu_scope::scope!({
+        loop {
+            info!("{}", items.len());
+            for _ in items {
+                break_if!(items.is_empty());
+            }
+        }
+    });
+}
+
 fn main() {
-    let _ = (first(0), each(&[1]), batches(&[1]));
+    let _ = (first(0), each(&[1]), batches(&[1]), logged(&[1]));
     forever()
 }

@@ -8,6 +8,12 @@ macro_rules! break_if {
     };
 }
 
+macro_rules! break_to {
+    ($label:lifetime, $value:expr) => {
+        break $label $value
+    };
+}
+
 fn main() {
     let mut n = 0;
     gpu_scope::scope!({
@@ -32,5 +38,26 @@ fn main() {
             }
         }
     });
-    assert_eq!((labelled, plain), (2, 3));
+    // A `break` in a `for` loop's iterator ends the loop around it.
+    let mut queue = vec![vec![1], vec![2]];
+    let mut seen = 0;
+    gpu_scope::scope!({
+        loop {
+            for x in match queue.pop() {
+                Some(batch) => batch,
+                None => break,
+            } {
+                seen += x;
+            }
+        }
+    });
+    // A macro in a nested loop that is given the loop's label.
+    let to_label = gpu_scope::scope!({
+        'found: loop {
+            for i in 0..3 {
+                break_to!('found, i);
+            }
+        }
+    });
+    assert_eq!((labelled, plain, seen, to_label), (2, 3, 3, 0));
 }
