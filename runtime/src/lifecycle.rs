@@ -99,7 +99,8 @@ impl OpenScope {
     /// Takes the scope off its thread without ending it (an async scope between polls).
     pub(crate) fn suspend(&mut self) {
         if let Some(placed) = self.placed.take() {
-            if !self.suspended {
+            // Not at its close, which takes it off for good.
+            if !self.suspended && !self.closed {
                 self.since = thread::nodes_at(placed.token).map(|n| (ffi::thread_id(), n));
             }
             self.suspended = true;
