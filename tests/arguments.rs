@@ -569,6 +569,39 @@ fn a_module_in_an_owned_shared_argument_hides_no_leak() {
     SINK.lock().unwrap().clear();
 }
 
+/// Adds a layer to the caller's store through a path, as tch's builders do.
+#[gpu_scope(on_escape = error)]
+fn add_head(p: &nn::Path, vs: Option<&nn::VarStore>, leak: bool) -> Result<(), Error> {
+    let _ = nn::linear(p / "head", 8, 2, Default::default());
+    if leak {
+        SINK.lock().unwrap().push(floats(8));
+    }
+    let _ = vs;
+    Ok(())
+}
+
+/// The variables made through a path are the store's, which the path keeps private: not
+/// inspected rather than escaped; with the store kept too they are kept, and a leak escapes.
+#[test]
+fn variables_made_through_a_path_are_not_called_escaped() {
+    let _serial = common::serial();
+    let vs = nn::VarStore::new(Device::Cpu);
+    add_head(&vs.root(), None, false).unwrap();
+    let report = last_report().unwrap();
+    assert!(report.escaped.is_empty(), "{report}");
+    assert_eq!(
+        report.held_by(HeldBy::Uninspected),
+        4 * (8 * 2 + 2),
+        "{report}"
+    );
+    let vs = nn::VarStore::new(Device::Cpu);
+    add_head(&vs.root(), Some(&vs), false).unwrap();
+    assert!(last_report().unwrap().is_clean());
+    let err = add_head(&vs.root(), Some(&vs), true).unwrap_err();
+    assert_eq!(err.report().unwrap().escaped.len(), 1, "{err}");
+    SINK.lock().unwrap().clear();
+}
+
 /// Filled through a cell inside the scope, a module may be the scope's own: not inspected
 /// rather than escaped.
 #[gpu_scope(on_escape = error)]

@@ -335,6 +335,16 @@ private_module!(
     tch::nn::FuncT<'_>,
 );
 
+/// Where modules are built: the variables a body makes through it go to a `VarStore` that the
+/// path keeps private. Keeping that `VarStore` keeps them; without it, memory nothing else
+/// keeps is reported as not inspected rather than escaped, for a path made before the scope
+/// too (its store grows through it).
+impl Tensors for tch::nn::Path<'_> {
+    fn visit(&self, set: &mut StorageSet) {
+        set.made_before(false, |set| set.add_private_module("tch::nn::Path"));
+    }
+}
+
 /// A TorchScript module: its parameters are listed; tch keeps its buffers and attributes
 /// private. A module made in the scope (its parameters were) may hold more of the scope's
 /// memory: there memory nothing else keeps is reported as not inspected rather than escaped.
