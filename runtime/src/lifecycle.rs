@@ -101,7 +101,7 @@ impl OpenScope {
         if let Some(placed) = self.placed.take() {
             // Not at its close, which takes it off for good.
             if !self.suspended && !self.closed {
-                self.since = thread::nodes_at(placed.token).map(|n| (ffi::thread_id(), n));
+                self.since = thread::graphs_since(placed.token);
             }
             self.suspended = true;
             // Scopes still open inside it leave first, giving back their modes.
@@ -215,7 +215,7 @@ impl OpenScope {
         match &self.placed {
             _ if !kept.autograd_graph => None,
             _ if self.suspended => self.since,
-            Some(p) => thread::nodes_at(p.token).map(|nodes| (ffi::thread_id(), nodes)),
+            Some(p) => thread::graphs_since(p.token),
             None => None,
         }
     }

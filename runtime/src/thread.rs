@@ -252,12 +252,14 @@ pub(crate) fn pop(token: Token) {
     })
 }
 
-/// The thread's count of autograd graph nodes when `token` was pushed.
-pub(crate) fn nodes_at(token: Token) -> Option<u64> {
-    THREAD.with(|t| {
+/// Where graphs made since `token` was pushed begin: this thread (as autograd's nodes record
+/// it) and its count of autograd graph nodes then.
+pub(crate) fn graphs_since(token: Token) -> Option<(u64, u64)> {
+    let nodes = THREAD.with(|t| {
         let stack = t.stack.borrow();
         stack.iter().rfind(|l| l.token == token).map(|l| l.nodes)
-    })
+    })?;
+    Some((ffi::thread_id(), nodes))
 }
 
 /// Tells the frames of `token` and the levels above it whether autograd graph nodes were made
