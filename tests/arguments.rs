@@ -580,6 +580,17 @@ fn add_head(p: &nn::Path, vs: Option<&nn::VarStore>, leak: bool) -> Result<(), E
     Ok(())
 }
 
+/// The last scope made an 8x2 linear layer that it could not look into: not escaped, all of it
+/// not inspected.
+fn assert_layer_not_inspected(report: &gpu_scope::ScopeReport) {
+    assert!(report.escaped.is_empty(), "{report}");
+    assert_eq!(
+        report.held_by(HeldBy::Uninspected),
+        4 * (8 * 2 + 2),
+        "{report}"
+    );
+}
+
 /// The variables made through a path are the store's, which the path keeps private: not
 /// inspected rather than escaped; with the store kept too they are kept, and a leak escapes.
 #[test]
@@ -587,13 +598,7 @@ fn variables_made_through_a_path_are_not_called_escaped() {
     let _serial = common::serial();
     let vs = nn::VarStore::new(Device::Cpu);
     add_head(&vs.root(), None, false).unwrap();
-    let report = last_report().unwrap();
-    assert!(report.escaped.is_empty(), "{report}");
-    assert_eq!(
-        report.held_by(HeldBy::Uninspected),
-        4 * (8 * 2 + 2),
-        "{report}"
-    );
+    assert_layer_not_inspected(&last_report().unwrap());
     let vs = nn::VarStore::new(Device::Cpu);
     add_head(&vs.root(), Some(&vs), false).unwrap();
     assert!(last_report().unwrap().is_clean());
@@ -625,13 +630,7 @@ fn a_borrowed_module_hides_no_leak_and_one_filled_inside_is_not_judged() {
 
     let slot = RefCell::new(None);
     build_into(&slot).unwrap();
-    let report = last_report().unwrap();
-    assert!(report.escaped.is_empty(), "{report}");
-    assert_eq!(
-        report.held_by(HeldBy::Uninspected),
-        4 * (8 * 2 + 2),
-        "{report}"
-    );
+    assert_layer_not_inspected(&last_report().unwrap());
 }
 
 #[gpu_scope(on_escape = error)]
