@@ -21,7 +21,8 @@ struct Backend {
   // while the allocator is not initialized yet, so the caller retries later. The allocator calls
   // the tracker on the calling thread, under its lock, for every ALLOC, FREE_REQUESTED and
   // FREE_COMPLETED (size: requested bytes, as libtorch 2.11 does), SEGMENT_ALLOC and
-  // SEGMENT_FREE.
+  // SEGMENT_FREE. Throws where the allocator takes no trackers (cudaMallocAsync's); the caller
+  // then never tries again.
   // May be null: frees on threads outside scopes then go unseen.
   bool (*attach_tracker)(c10::CachingDeviceAllocator::AllocatorTraceTracker tracker);
   // Calls `visit` for each block that a library keeps allocated on purpose (cuBLAS and

@@ -78,7 +78,9 @@ thread_local bool probing = false;
 thread_local bool probe_seen = false;
 
 std::atomic<bool> tracker_attached{false};
-bool try_attach_tracker();
+// The allocator refused the tracker (cudaMallocAsync's does): it is not asked again.
+std::atomic<bool> tracker_refused{false};
+bool try_attach_tracker() noexcept;
 bool accelerator_initialized();
 std::atomic<uint64_t> empty_cache_calls{0};
 
@@ -275,16 +277,23 @@ void on_op_end(const at::RecordFunction& fn, at::ObserverContext*) {
   op_name = nullptr;
 }
 
-bool try_attach_tracker() {
+// Never throws: it runs inside allocations (from the reporter) and at scope entry, and an
+// allocator that refuses trackers is no error (its scopes are reported "not tracked").
+bool try_attach_tracker() noexcept {
   if (tracker_attached.load()) return true;
+  if (tracker_refused.load(std::memory_order_relaxed)) return false;
   const gpu_scope::Backend* b = gpu_scope::backend();
   if (b == nullptr || b->attach_tracker == nullptr) return false;
-  // Cheap and lock-free: nothing to attach to before the allocator's lazy init.
-  if (!accelerator_initialized()) return false;
-  static std::mutex once;
-  std::unique_lock<std::mutex> lock(once, std::try_to_lock);
-  if (!lock.owns_lock()) return false;  // another thread is attaching: it will be attached
-  if (!tracker_attached.load() && b->attach_tracker(&on_trace)) tracker_attached.store(true);
+  try {
+    // Cheap and lock-free: nothing to attach to before the allocator's lazy init.
+    if (!accelerator_initialized()) return false;
+    static std::mutex once;
+    std::unique_lock<std::mutex> lock(once, std::try_to_lock);
+    if (!lock.owns_lock()) return false;  // another thread is attaching: it will be attached
+    if (!tracker_attached.load() && b->attach_tracker(&on_trace)) tracker_attached.store(true);
+  } catch (...) {
+    tracker_refused.store(true);
+  }
   return tracker_attached.load();
 }
 

@@ -441,7 +441,7 @@ class DeviceCache {
 
   // Trackers see every action on the calling thread, under the device mutex.
   void record_trace(TraceEntry::Action action, size_t addr, size_t size) {
-    if (trace_trackers_.empty() || !reports_enabled()) return;
+    if (trace_trackers_.empty()) return;
     TraceEntry te(action, index_, addr, size, /*stream=*/nullptr,
                   /*mempool=*/{0, 0}, c10::getApproximateTime(), /*context=*/nullptr,
                   /*compile_context=*/"N/A");
@@ -564,6 +564,10 @@ std::pair<size_t, size_t> FakeCachingAllocator::getMemoryInfo(c10::DeviceIndex i
 
 bool FakeCachingAllocator::attach_tracker(AllocatorTraceTracker tracker) {
   if (!initialized()) return false;
+  // With reports off the fake stands for cudaMallocAsync, which also refuses trackers.
+  TORCH_CHECK(reports_enabled(),
+              "cudaMallocAsync does not yet support attachAllocatorTraceTracker. "
+              "(gpu-scope fake CUDA device, GPU_SCOPE_FAKE_CUDA_REPORTS=0)");
   for (auto& d : devices_) d->attachAllocatorTraceTracker(tracker);
   return true;
 }
