@@ -1,6 +1,6 @@
 //! The release policy: when a closing scope asks the caching allocator to give unused blocks
-//! back (`emptyCache`). Never a device synchronize: `emptyCache` waits for the blocks' pending
-//! frees itself, and the escape check reads only the allocator's host-side bookkeeping.
+//! back (`emptyCache`). The escape check reads only the allocator's host-side bookkeeping and
+//! never synchronizes a device; a release that gives segments back does, through `cudaFree`.
 use crate::device::DeviceId;
 use crate::memory::{self, accelerator};
 use crate::options::ReleasePolicy;

@@ -406,6 +406,7 @@ class DeviceCache {
 
   void release_block(Block* block) {
     stats_.num_device_free++;
+    count_synchronization();  // the real one's cudaFree synchronizes the device
     record_trace(TraceEntry::SEGMENT_FREE, address(block->ptr), block->size);
     BlockPool* pool = block->pool;
     pool->blocks.erase(block);
