@@ -47,8 +47,8 @@ struct Entered {
 impl Drop for Entered {
     fn drop(&mut self) {
         if let Some(token) = self.token {
-            // Casts that autocast cached for the work would outlive the scope, held by a thread
-            // its exit cannot reach: cleared here, as a scope's own thread clears them at exit.
+            // Casts that autocast cached for the work would outlive the scope: the cache is
+            // cleared here (it is the process's, as at a scope's own exit), where autocast is on.
             ffi::autocast_clear();
             thread::pop(token);
         }
@@ -65,9 +65,9 @@ impl ScopeHandle {
     /// [`current`] (off in a scope without `keep_grad`), as libtorch's own tasks inherit it
     /// (call `tch::with_grad` inside `f` to change it), and the thread gets its own mode back
     /// when `f` returns; once the scope has ended, the thread's mode is left as it is.
-    /// Operators are attributed as in the scope itself. Inside an autocast region, the
-    /// thread's autocast cache is cleared when `f` returns (the scope's exit could not reach
-    /// its casts).
+    /// Operators are attributed as in the scope itself. Inside an autocast region, autocast's
+    /// cache (libtorch keeps one for the process) is cleared when `f` returns, so that the
+    /// casts `f` cached do not outlive the scope.
     pub fn in_scope<R>(&self, f: impl FnOnce() -> R) -> R {
         let _entered = self.enter(None);
         f()

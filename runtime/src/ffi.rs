@@ -152,8 +152,8 @@ pub(crate) fn ops_begin() -> Option<u64> {
         .map(|()| callback)
 }
 
-/// Clears this thread's autocast cache if autocast is on here (its cached casts are freed);
-/// whether it did.
+/// Clears autocast's cache (one for the whole process, every thread's casts) if autocast is on
+/// on this thread (the cached casts nothing else uses are freed); whether it did.
 pub(crate) fn autocast_clear() -> bool {
     let mut cleared: c_int = 0;
     // SAFETY: a plain out-pointer.
