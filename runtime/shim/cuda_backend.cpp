@@ -5,17 +5,27 @@
 
 #include <c10/core/Allocator.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <torch/version.h>
 
 #include <map>
 #include <mutex>
 #include <shared_mutex>
 #include <tuple>
+#include <utility>
 
 // As declared in ATen/cuda/CUDAContextLight.h, which would also need the cuBLAS, cuSPARSE and
-// CCCL headers; exported by libtorch_cuda.
+// CCCL headers; exported by libtorch_cuda. libtorch 2.13 keeps each workspace's size beside
+// its block; 2.11 keeps the block alone.
 namespace at::cuda {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 13)
+using Workspace = std::pair<at::DataPtr, size_t>;
+inline const at::DataPtr& block_of(const Workspace& w) { return w.first; }
+#else
+using Workspace = at::DataPtr;
+inline const at::DataPtr& block_of(const Workspace& w) { return w; }
+#endif
 struct WorkspaceMapWithMutex {
-  std::map<std::tuple<void*, void*>, at::DataPtr> map;
+  std::map<std::tuple<void*, void*>, Workspace> map;
   std::shared_mutex mutex;
 };
 WorkspaceMapWithMutex& cublas_handle_stream_to_workspace();
@@ -38,7 +48,8 @@ bool attach_tracker(c10::CachingDeviceAllocator::AllocatorTraceTracker tracker) 
 void visit_map(at::cuda::WorkspaceMapWithMutex& workspaces, const char* kind,
                gpu_scope::WorkspaceVisitor visit, void* ctx) {
   std::shared_lock<std::shared_mutex> lock(workspaces.mutex);
-  for (const auto& [handle_and_stream, data] : workspaces.map) {
+  for (const auto& [handle_and_stream, workspace] : workspaces.map) {
+    const at::DataPtr& data = at::cuda::block_of(workspace);
     visit(ctx, data.get(), data.device().index(), kind);
   }
 }
