@@ -291,8 +291,10 @@ bool try_attach_tracker() noexcept {
     std::unique_lock<std::mutex> lock(once, std::try_to_lock);
     if (!lock.owns_lock()) return false;  // another thread is attaching: it will be attached
     if (!tracker_attached.load() && b->attach_tracker(&on_trace)) tracker_attached.store(true);
+  } catch (const c10::Error&) {
+    tracker_refused.store(true);  // libtorch's "does not yet support" (a TORCH_CHECK)
   } catch (...) {
-    tracker_refused.store(true);
+    return false;  // anything else (out of memory): tried again later
   }
   return tracker_attached.load();
 }
@@ -456,6 +458,8 @@ int gs_attach_tracker(int* attached) noexcept {
 
 int gs_thread_leave(void) noexcept {
   return protect([&] {
+    // First: allocations after a failed pop below must not be charged to the ended scope.
+    thread_owner = nullptr;
     // Pop only our own reporter: a profiler started inside the scope may sit on top of it,
     // and then it stays below until a later scope finds it on top.
     if (as_reporter(slot()) != nullptr) {
@@ -466,7 +470,6 @@ int gs_thread_leave(void) noexcept {
         Info::_pop(c10::DebugInfoKind::PROFILER_STATE);
       }
     }
-    thread_owner = nullptr;
     try_attach_tracker();
   });
 }
