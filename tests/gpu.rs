@@ -1,7 +1,8 @@
 //! What a scope does on a CUDA device: library workspaces and autocast's cache held on purpose,
-//! block and requested sizes, reports and release per device, no synchronize, the profiler
-//! left alone, an allocator that reports nothing said to be "not tracked". On the fake CUDA
-//! device (`bash .ci/fake-cuda`) or a real GPU; elsewhere each test says why it is skipped.
+//! block and requested sizes, reports and release per device, no synchronize without a
+//! release, the profiler left alone, an allocator that reports nothing said to be "not
+//! tracked". On the fake CUDA device (`bash .ci/fake-cuda`) or a real GPU; elsewhere each test
+//! says why it is skipped.
 mod common;
 
 use common::{child, escaped, in_child, strict};
@@ -400,9 +401,9 @@ fn autocast_cache_is_not_an_escape() {
     assert_eq!(row.allocated, row.freed + row.kept + row.held, "{r}");
 }
 
-/// Work carried into a scope on a thread inside an autocast region leaves casts in that
-/// thread's cache, which the scope's exit cannot reach: the handle clears it when the work
-/// returns, so they are freed, not escaped.
+/// Work carried into a scope on a thread inside an autocast region leaves casts in autocast's
+/// (process-wide) cache, which the scope's exit does not clear (autocast is off on the scope's
+/// own thread): the handle clears it when the work returns, so they are freed, not escaped.
 #[test]
 fn carried_work_in_an_autocast_region_leaves_no_casts_behind() {
     let _serial = common::serial();

@@ -101,7 +101,8 @@ int gs_memory_info(int dev_index, uint64_t* free_bytes, uint64_t* total_bytes) G
 int gs_workspaces(void (*visit)(void* ctx, const void* ptr, int dev_index, const char* kind),
                   void* ctx) GS_NOEXCEPT;
 int gs_clear_workspaces(void) GS_NOEXCEPT;
-// Clears autocast's cast cache on this thread if autocast is on; *cleared says whether.
+// Clears autocast's cast cache (one for the process) if autocast is on on this thread;
+// *cleared says whether.
 int gs_autocast_clear(int* cleared) GS_NOEXCEPT;
 // Allocates one byte on an accelerator device the process already works on (the first that
 // holds memory, else the first with a context) and says whether the allocator reported it to

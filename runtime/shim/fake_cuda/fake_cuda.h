@@ -7,8 +7,8 @@
 // runtime/build.rs); it must never share a process with libtorch_cuda.so, which registers the
 // same names. Settings, read once from the environment:
 //   GPU_SCOPE_FAKE_CUDA_DEVICES=<n>      number of devices (default 2, at most 64)
-//   GPU_SCOPE_FAKE_CUDA_REPORTS=0        no profiler reports and no trace tracker calls, as with
-//                                        PYTORCH_NO_CUDA_MEMORY_CACHING=1 or cudaMallocAsync
+//   GPU_SCOPE_FAKE_CUDA_REPORTS=0        no profiler reports, and trace trackers refused, as
+//                                        with cudaMallocAsync
 //   GPU_SCOPE_FAKE_CUDA_WORKSPACE=<n>    bytes of each cuBLAS workspace (default 4 MiB)
 #pragma once
 
