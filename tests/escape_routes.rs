@@ -174,3 +174,28 @@ fn intra_op_threads_hide_nothing() {
     assert_eq!(leaked.escaped.len(), 1, "{leaked}");
     assert_eq!(leaked.escaped[0].bytes, 512 * 512 * 4, "{leaked}");
 }
+
+/// A leak under hundreds of nested scopes that ignore it (deeper than 256, where a frame's
+/// place in the chain once wrapped to the innermost) is still an escape of the scope around
+/// them all.
+#[test]
+fn a_leak_under_300_lenient_nested_scopes() {
+    static DEEP: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
+    fn nest(depth: usize) {
+        let lenient = strict("lenient").on_escape(gpu_scope::EscapePolicy::Ignore);
+        let (_, report) = scope(lenient, || match depth {
+            0 => DEEP.lock().unwrap().push(floats(70)),
+            _ => nest(depth - 1),
+        })
+        .unwrap();
+        assert_eq!(report.escaped.len(), 1, "depth {depth}: {report}");
+    }
+    let deep = std::thread::Builder::new().stack_size(64 << 20);
+    let report = deep
+        .spawn(|| escaped(scope(strict("around"), || nest(300))))
+        .unwrap()
+        .join()
+        .unwrap();
+    assert_one_escape(&report, 70);
+    DEEP.lock().unwrap().clear();
+}

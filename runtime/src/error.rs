@@ -25,6 +25,12 @@ pub enum Error {
         /// The scope's name.
         scope: std::borrow::Cow<'static, str>,
     },
+    /// More scopes would be nested on one thread than gpu-scope tracks (counting those carried
+    /// in with handles); the scope was not opened.
+    TooDeep {
+        /// The most scopes that may be nested.
+        limit: usize,
+    },
 }
 
 impl Error {
@@ -71,6 +77,11 @@ impl fmt::Display for Error {
                 "gpu-scope: scope `{scope}` was exited after a scope enclosing it had ended; \
                  the enclosing scope ended it unchecked and took over its allocations. Exit \
                  scopes innermost first"
+            ),
+            Error::TooDeep { limit } => write!(
+                f,
+                "gpu-scope: more than {limit} scopes would be nested on this thread; open the \
+                 scope around a recursion rather than inside it"
             ),
         }
     }

@@ -54,8 +54,9 @@ pub(crate) struct Entry {
     /// Every frame its bytes are charged to; `None` once no scope tracks it (it escaped, or
     /// was kept for good) while the shim still needs `cpu` to free it.
     pub chain: Option<Chain>,
-    /// Which frame of `chain` owns it (judges it at close).
-    pub owner: u8,
+    /// Which frame of `chain` owns it (judges it at close). A `u16` keeps the entry at 96
+    /// bytes; `thread::push` refuses chains longer than [`MAX_DEPTH`].
+    pub owner: u16,
     /// Where its key is in its owner's list (`Owned`).
     pub slot: u32,
     /// The frame (by id) that `keep` let it outlive.
@@ -102,7 +103,7 @@ impl Entry {
 
     /// The frame that owns it.
     fn frame(&self) -> Option<&Arc<Frame>> {
-        self.chain.as_ref().map(|c| &c[usize::from(self.owner)])
+        self.chain.as_ref().map(|c| &c[self.owner as usize])
     }
 
     /// What was asked for; where the allocator does not say, the block.
@@ -702,7 +703,7 @@ pub(crate) fn record_alloc(chain: Chain, key: Key, mut entry: Entry) -> bool {
         return false;
     };
     entry.chain = Some(chain);
-    entry.owner = u8::try_from(owner).unwrap_or(0);
+    entry.owner = index(owner);
     if let Some(cpu) = &mut entry.cpu {
         cpu.counter = thread_slot() as u8;
         let counter = &CPU_BYTES[cpu.counter as usize].0;
@@ -1080,14 +1081,22 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
     closed
 }
 
+/// The most frames a chain may have (scopes nested on a thread, with those carried in).
+pub(crate) const MAX_DEPTH: usize = u16::MAX as usize + 1;
+
+/// A frame's place in a chain (under [`MAX_DEPTH`]: `thread::push` sees to it).
+fn index(at: usize) -> u16 {
+    u16::try_from(at).expect("chains are shorter than MAX_DEPTH")
+}
+
 /// Where `frame` is in `entry`'s chain (it is there).
-fn position(entry: &Entry, frame: &Arc<Frame>) -> u8 {
+fn position(entry: &Entry, frame: &Arc<Frame>) -> u16 {
     let charged = entry.chain.as_deref().unwrap_or(&[]);
     let at = charged
         .iter()
         .position(|c| Arc::ptr_eq(c, frame))
         .unwrap_or(0);
-    u8::try_from(at).unwrap_or(0)
+    index(at)
 }
 
 /// Whether `entry` is charged to every frame of `chain`.

@@ -4,7 +4,7 @@
 //! A frame is on a thread's stack either because the scope was opened here (owned) or because
 //! it was carried here (an async scope being polled, or a [`ScopeHandle`](crate::ScopeHandle)
 //! running a closure): borrowed. Only the scope that owns a frame closes it.
-use crate::ledger::{Chain, Frame, BLIND, GRAPH};
+use crate::ledger::{self, Chain, Frame, BLIND, GRAPH};
 use crate::{ffi, Error};
 use std::cell::{Cell, RefCell};
 use std::sync::{Arc, Mutex};
@@ -132,6 +132,13 @@ fn push_level(
     origin: Option<Chain>,
 ) -> Result<Token, Error> {
     THREAD.with(|t| {
+        // Before anything changes (at most one level more than the longest chain below).
+        let below = t.stack.borrow().last().map_or(0, |l| l.chain.len());
+        if below + origin.as_ref().map_or(1, |o| o.len()) > ledger::MAX_DEPTH {
+            return Err(Error::TooDeep {
+                limit: ledger::MAX_DEPTH,
+            });
+        }
         if t.stack.borrow().is_empty() {
             t.hooks.set(Some(ffi::thread_enter(&t.owner)?));
         }
