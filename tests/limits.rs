@@ -93,3 +93,33 @@ fn a_torchscript_model_converted_in_the_scope_is_not_inspected() {
     assert_eq!(r.uninspected_kept, ["tch::CModule"], "{r}");
     SINK.lock().unwrap().clear();
 }
+
+/// Under QNNPACK, quantized tensors come from libtorch's mobile CPU allocator, which no scope
+/// sees; under FBGEMM (the default) the same leak is reported.
+#[test]
+fn quantized_tensors_under_qnnpack_are_not_counted() {
+    static QUANTIZED: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
+    let leak = || {
+        scope(strict("quantize"), || {
+            let x = Tensor::ones([1024], (Kind::Float, Device::Cpu));
+            QUANTIZED
+                .lock()
+                .unwrap()
+                .push(x.quantize_per_tensor(0.1, 0, Kind::QInt8));
+        })
+    };
+    tch::QEngine::FBGEMM.set().unwrap();
+    match leak() {
+        Err(Error::Escaped(r)) => assert_eq!(r.escaped_bytes, block(1024), "{r}"),
+        other => panic!("FBGEMM: expected the escape, got {other:?}"),
+    }
+    if tch::QEngine::QNNPACK.set().is_err() {
+        println!("skipped the QNNPACK half: this libtorch has no QNNPACK");
+        return;
+    }
+    let unseen = leak();
+    tch::QEngine::FBGEMM.set().unwrap();
+    let (_, r) = unseen.unwrap();
+    assert_eq!(r.allocated, block(4096), "only the float tensor: {r}");
+    QUANTIZED.lock().unwrap().clear();
+}
