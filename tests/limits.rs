@@ -95,7 +95,8 @@ fn a_torchscript_model_converted_in_the_scope_is_not_inspected() {
 }
 
 /// Under QNNPACK, quantized tensors come from libtorch's mobile CPU allocator, which no scope
-/// sees; under FBGEMM (the default) the same leak is reported.
+/// sees; under FBGEMM the same leak is reported. (The test leaves the engine at FBGEMM: tch
+/// cannot read the engine it found.)
 #[test]
 fn quantized_tensors_under_qnnpack_are_not_counted() {
     static QUANTIZED: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
@@ -108,7 +109,10 @@ fn quantized_tensors_under_qnnpack_are_not_counted() {
                 .push(x.quantize_per_tensor(0.1, 0, Kind::QInt8));
         })
     };
-    tch::QEngine::FBGEMM.set().unwrap();
+    if tch::QEngine::FBGEMM.set().is_err() {
+        println!("skipped: this libtorch has no FBGEMM engine to compare with");
+        return;
+    }
     match leak() {
         Err(Error::Escaped(r)) => assert_eq!(r.escaped_bytes, block(1024), "{r}"),
         other => panic!("FBGEMM: expected the escape, got {other:?}"),

@@ -294,7 +294,7 @@ bool try_attach_tracker() noexcept {
   } catch (const c10::Error&) {
     tracker_refused.store(true);  // libtorch's "does not yet support" (a TORCH_CHECK)
   } catch (...) {
-    return false;  // anything else (out of memory): tried again later
+    return false;  // anything else (std::bad_alloc): tried again later
   }
   return tracker_attached.load();
 }
