@@ -236,6 +236,37 @@ fn budget_from_a_size_literal() {
     assert!(matches!(budgeted(257), Err(Error::OverBudget(_))));
 }
 
+/// Options written by a `macro_rules!` wrapper: a size string passed as a fragment arrives
+/// wrapped in an invisible group and is still read as a size.
+macro_rules! budgeted_by_macro {
+    ($fn_name:ident, $size:literal, $release:expr) => {
+        #[gpu_scope(on_escape = error, max_peak = $size, release = $release)]
+        fn $fn_name(n: i64) -> Result<(), Error> {
+            drop(floats(n));
+            Ok(())
+        }
+    };
+}
+budgeted_by_macro!(budgeted_by_macro, "1 KiB", "1 GiB");
+
+macro_rules! block_budget {
+    ($size:expr, $n:expr) => {
+        gpu_scope::scope!(on_escape = error, max_peak = $size, { drop(floats($n)) })
+    };
+}
+
+#[test]
+fn budget_from_a_macro_fragment() {
+    assert!(budgeted_by_macro(256).is_ok());
+    assert!(matches!(budgeted_by_macro(257), Err(Error::OverBudget(_))));
+    assert!(block_budget!("1 KiB", 256).is_ok());
+    assert!(matches!(
+        block_budget!("1 KiB", 257),
+        Err(Error::OverBudget(_))
+    ));
+    assert_eq!(last_report().unwrap().max_peak, Some(1024));
+}
+
 #[gpu_scope(on_escape = error, max_peak = limit)]
 fn budgeted_at_run_time(limit: i64) -> Result<(), Error> {
     drop(floats(10));

@@ -156,12 +156,9 @@ impl Options {
                         ),
                     ));
                 }
-                Ok(match value {
-                    Expr::Lit(syn::ExprLit {
-                        lit: syn::Lit::Str(lit),
-                        ..
-                    }) => Bytes::Size(size_literal(&lit)?),
-                    expr => Bytes::Expr(Box::new(expr)),
+                Ok(match string_literal(&value) {
+                    Some(lit) => Bytes::Size(size_literal(lit)?),
+                    None => Bytes::Expr(Box::new(value)),
                 })
             })
         } else if look.peek(kw::keep_grad) {
@@ -266,6 +263,19 @@ fn parse_policy(input: ParseStream) -> syn::Result<Policy> {
         ],
         "",
     )
+}
+
+/// A string literal, also one a `macro_rules!` fragment (`$size:literal`, `$size:expr`) passed
+/// on: it arrives wrapped in an invisible group.
+fn string_literal(expr: &Expr) -> Option<&LitStr> {
+    match expr {
+        Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Str(lit),
+            ..
+        }) => Some(lit),
+        Expr::Group(group) => string_literal(&group.expr),
+        _ => None,
+    }
 }
 
 fn parse_release(input: ParseStream) -> syn::Result<Release> {
