@@ -163,6 +163,23 @@ fn an_argument_without_the_trait_is_opaque_and_the_report_says_so() {
     assert!(r.to_string().contains("derive(gpu_scope::Tensors)"), "{r}");
 }
 
+#[gpu_scope(on_escape = error)]
+fn reads_opaque(holder: &NoTrait) -> Result<i64, Error> {
+    Ok(holder.0.numel() as i64)
+}
+
+/// A clean scope names an argument it could not search too: the hint is in the printed report,
+/// not only beside an escape table.
+#[test]
+fn a_clean_scope_prints_the_hint_for_an_opaque_argument() {
+    let holder = NoTrait(floats(1));
+    assert_eq!(reads_opaque(&holder).unwrap(), 1);
+    let r = last_report().unwrap();
+    assert!(r.is_clean(), "{r}");
+    assert_eq!(r.opaque_kept, ["&attribute::NoTrait"]);
+    assert!(r.to_string().contains("derive(gpu_scope::Tensors)"), "{r}");
+}
+
 #[gpu_scope(on_escape = ignore)]
 fn load_like(
     _path: &std::path::Path,

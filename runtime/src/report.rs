@@ -509,6 +509,18 @@ impl fmt::Display for ScopeReport {
         if !self.escaped.is_empty() {
             self.escape_table(f)?;
         }
+        // Also on a clean scope: what was not searched may have held tensors it should not.
+        if !self.opaque_kept.is_empty() {
+            writeln!(
+                f,
+                "  hint: kept argument(s) of type {} were not searched as `gpu_scope::Tensors`, \
+                 so gpu-scope saw no tensors in them; if they hold tensors, add \
+                 `#[derive(gpu_scope::Tensors)]` to the type (in a generic function or a trait's \
+                 default method, also the bound `T: gpu_scope::Tensors`, or `Self:` for a \
+                 receiver: the search is chosen where the function is written)",
+                self.opaque_kept.join(", ")
+            )?;
+        }
         Ok(())
     }
 }
@@ -576,17 +588,6 @@ impl ScopeReport {
                 f,
                 "  (found without attribution: under GPU_SCOPE_OPERATORS=on-leak the next scope \
                  here names operators and shapes; =on names them always)"
-            )?;
-        }
-        if !self.opaque_kept.is_empty() {
-            writeln!(
-                f,
-                "  hint: kept argument(s) of type {} were not searched as `gpu_scope::Tensors`, \
-                 so gpu-scope saw no tensors in them; if they hold tensors, add \
-                 `#[derive(gpu_scope::Tensors)]` to the type (in a generic function or a trait's \
-                 default method, also the bound `T: gpu_scope::Tensors`, or `Self:` for a \
-                 receiver: the search is chosen where the function is written)",
-                self.opaque_kept.join(", ")
             )?;
         }
         Ok(())
