@@ -13,9 +13,10 @@ use std::sync::OnceLock;
 /// the device's first allocation. The CPU has no caching allocator and libtorch counts nothing
 /// there, so for [`tch::Device::Cpu`] gpu-scope reports what it can see: the CPU blocks
 /// allocated inside scopes that are still alive (`allocated == reserved`, exact), and their
-/// peak, counted per allocating thread so that threads do not share a counter: exact while one
-/// thread allocates, the sum of each thread's highest when several do (never below the true
-/// peak; a scope's report has its own exact peak).
+/// peak, counted per allocating thread so that threads do not share a counter: exact when one
+/// thread has allocated since the last [`reset_peak`], otherwise the sum of each thread's
+/// highest since then, also of threads that allocated one after the other (never below the
+/// true peak; a scope's report has its own exact peak).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct MemoryStats {
     /// Bytes in live allocations.
