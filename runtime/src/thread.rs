@@ -133,13 +133,14 @@ fn push_level(
 ) -> Result<Token, Error> {
     THREAD.with(|t| {
         // Before anything changes (at most one level more than the longest chain below).
+        // Every level's chain holds its own frame: 0 only on an empty stack.
         let below = t.stack.borrow().last().map_or(0, |l| l.chain.len());
         if below + origin.as_ref().map_or(1, |o| o.len()) > ledger::MAX_DEPTH {
             return Err(Error::TooDeep {
                 limit: ledger::MAX_DEPTH,
             });
         }
-        if t.stack.borrow().is_empty() {
+        if below == 0 {
             t.hooks.set(Some(ffi::thread_enter(&t.owner)?));
         }
         let token = Token(t.next.get());
