@@ -27,13 +27,13 @@ const TCH: &str = "0.26";
     not(any(feature = "tch-0-25", feature = "tch-0-26"))
 ))]
 const _FEATURE_TCH_0_24_NEEDS_TCH_0_24: fn(&tch::Tensor, &tch::Tensor) -> tch::Tensor =
-    tch::Tensor::align_as;
+    tch::Tensor::align_as; // feature `tch-0-24` needs `tch = "0.24"`
 #[cfg(all(
     feature = "tch-0-26",
     not(any(feature = "tch-0-24", feature = "tch-0-25"))
 ))]
 const _FEATURE_TCH_0_26_NEEDS_TCH_0_26: fn(&tch::Tensor, i64) -> tch::Tensor =
-    tch::Tensor::internal_philox_key_split;
+    tch::Tensor::internal_philox_key_split; // feature `tch-0-26` needs `tch = "0.26"`
 
 /// What runs: gpu-scope, the tch it was built with, and the libtorch loaded in this process.
 /// Printed by the demo's first line, and part of every [`ScopeReport`](crate::ScopeReport)'s
