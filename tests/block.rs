@@ -103,3 +103,27 @@ fn keep_takes_place_expressions() {
     assert_eq!(n, 1);
     assert!(last_report().unwrap().is_clean());
 }
+
+/// A block that always panics (a `todo!()` placeholder) compiles where nothing pins its type,
+/// and its scope ends unchecked: what it made and left alive goes to the enclosing scope,
+/// which judges it.
+#[test]
+fn a_block_that_always_panics_ends_its_scope_unchecked() {
+    let mut cache = Vec::new();
+    let result = gpu_scope::scope(common::strict("outer"), || {
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            scope!(name = "placeholder", {
+                cache.push(floats(4));
+                todo!()
+            });
+        }));
+        assert!(caught.is_err());
+        let inner = last_report().unwrap();
+        assert_eq!(inner.name, "placeholder");
+        assert!(!inner.checked, "{inner}");
+        assert_eq!(inner.kept, common::block(16), "{inner}");
+    });
+    let outer = common::escaped(result);
+    assert_eq!(outer.escaped_bytes, common::block(16), "{outer}");
+    assert_eq!(cache.len(), 1);
+}

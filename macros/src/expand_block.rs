@@ -49,7 +49,17 @@ fn rewrite(ScopedBlock { options, block }: ScopedBlock) -> TokenStream {
         Some(Stmt::Expr(tail, None)) => tail.span(),
         _ => block.brace_token.span.join(),
     };
-    keep.checked(local::local(VALUE, value_at), None, value_at);
+    // A block that always panics has no value to keep (its scope ends unchecked), and the
+    // `keep` entries are used before it (after it, their use is unreachable: `unused_variables`).
+    let diverges = valid::ends_in_panic(&block);
+    if !diverges {
+        keep.checked(local::local(VALUE, value_at), None, value_at);
+    }
+    let entries = options.keep.iter().flat_map(|k| &k.value);
+    let touch = entries
+        .filter(|_| diverges)
+        .map(|e| quote_spanned!(span=> let _ = &#e;));
+    let touch: TokenStream = touch.collect();
     for entry in options.keep.iter().flat_map(|k| &k.value) {
         keep.checked(entry, None, entry.span());
     }
@@ -60,6 +70,7 @@ fn rewrite(ScopedBlock { options, block }: ScopedBlock) -> TokenStream {
     if options.policy() != Some(Policy::Error) {
         return quote_spanned! {span=> {
             let #exit = ::gpu_scope::__private::Guard::enter(#opts);
+            #touch
             let #value = #block;
             #[allow(unreachable_code)]
             {
@@ -75,7 +86,8 @@ fn rewrite(ScopedBlock { options, block }: ScopedBlock) -> TokenStream {
     quote_spanned! {span=> {
         let #result = match ::gpu_scope::__private::Guard::try_enter(#opts) {
             ::core::result::Result::Ok(#exit) => {
-                let #value = #block;
+                #touch
+            let #value = #block;
                 #[allow(unreachable_code)]
                 let #err = {
                     #collect

@@ -109,6 +109,33 @@ fn never_ends(block: &syn::Block) -> Option<(&Expr, String)> {
     ))
 }
 
+/// Whether the block ends by panicking or ending the process, which its scope sees as an
+/// unchecked end: the standard panicking macros (`panic!`, `todo!`, `unimplemented!`,
+/// `unreachable!`) or `process::exit`/`abort`, as its last statement. Its value is `!`, which
+/// the expansion must not ask to implement `Tensors` (rustc's never-type fallback would make
+/// that `()`, an error under `dependency_on_unit_never_type_fallback`, or `!` in edition 2024).
+pub(crate) fn ends_in_panic(block: &syn::Block) -> bool {
+    let (path, wanted): (_, &[&[&str]]) = match block.stmts.last() {
+        Some(syn::Stmt::Macro(m)) => (&m.mac.path, PANICS),
+        Some(syn::Stmt::Expr(Expr::Macro(m), _)) => (&m.mac.path, PANICS),
+        Some(syn::Stmt::Expr(Expr::Call(call), _)) => match &*call.func {
+            Expr::Path(p) => (&p.path, &[&["process", "exit"], &["process", "abort"]]),
+            _ => return false,
+        },
+        _ => return false,
+    };
+    // Named as in the standard library, which may be written first (`std::process::exit`).
+    let names: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
+    let from_std = match names.first().map(String::as_str) {
+        Some("std" | "core") if names.len() > 1 => &names[1..],
+        _ => &names[..],
+    };
+    wanted.iter().any(|w| from_std.iter().eq(w.iter()))
+}
+
+/// The standard macros that always panic.
+const PANICS: &[&[&str]] = &[&["panic"], &["todo"], &["unimplemented"], &["unreachable"]];
+
 /// Whether a `break` in the loop's body ends it: one without a label outside the loops nested
 /// in it, or one naming its label (not one leaving a loop around the `scope!`). A macro there
 /// might hold one its input does not show, except the standard and logging macros (whose input

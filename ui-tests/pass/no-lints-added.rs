@@ -67,6 +67,28 @@ fn panics() -> i32 {
     gpu_scope::scope!({ panic!("always") })
 }
 
+// Blocks that always panic or end the process, where nothing pins the value's type: their
+// value (`!`) is not asked to implement `Tensors`, which would depend on the never type's
+// fallback (a denied lint; an error in edition 2024).
+fn placeholder() {
+    gpu_scope::scope!({ todo!() });
+}
+
+fn placeholder_kept(x: &Tensor) {
+    let _later = gpu_scope::scope!(on_escape = error, keep = [x], { unimplemented!("later") });
+}
+
+fn panics_after(x: &Tensor) {
+    gpu_scope::scope!({
+        let _y = x * 2;
+        panic!("{}", 1);
+    });
+}
+
+fn ends_the_process() {
+    gpu_scope::scope!({ std::process::exit(2) });
+}
+
 pub struct Point {
     pub x: i64,
 }
@@ -93,4 +115,6 @@ fn main() {
     assert_eq!(kept.len(), 1);
     let _ = stop as fn(&str) -> !;
     let _ = panics as fn() -> i32;
+    let _ = (placeholder as fn(), ends_the_process as fn());
+    let _ = (placeholder_kept as fn(&Tensor), panics_after as fn(&Tensor));
 }
