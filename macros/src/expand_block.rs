@@ -55,13 +55,12 @@ fn rewrite(ScopedBlock { options, block }: ScopedBlock) -> TokenStream {
     if !diverges {
         keep.checked(local::local(VALUE, value_at), None, value_at);
     }
-    let entries = options.keep.iter().flat_map(|k| &k.value);
-    let touch = entries
-        .filter(|_| diverges)
-        .map(|e| quote_spanned!(span=> let _ = &#e;));
-    let touch: TokenStream = touch.collect();
+    let mut touch = TokenStream::new();
     for entry in options.keep.iter().flat_map(|k| &k.value) {
         keep.checked(entry, None, entry.span());
+        if diverges {
+            touch.extend(quote_spanned!(span=> let _ = &#entry;));
+        }
     }
     let collect = keep.collect();
 
@@ -87,7 +86,7 @@ fn rewrite(ScopedBlock { options, block }: ScopedBlock) -> TokenStream {
         let #result = match ::gpu_scope::__private::Guard::try_enter(#opts) {
             ::core::result::Result::Ok(#exit) => {
                 #touch
-            let #value = #block;
+                let #value = #block;
                 #[allow(unreachable_code)]
                 let #err = {
                     #collect
