@@ -15,6 +15,7 @@
 //! shard's lock and the locks of its chain's frames.
 use crate::device::DeviceId;
 use crate::report::HeldBy as Held;
+use crate::tensors::StorageSet;
 use rustc_hash::{FxHashMap, FxHashSet};
 use smallvec::SmallVec;
 use std::cell::{Cell, RefCell};
@@ -461,18 +462,18 @@ impl Frame {
         self.flags.load(Ordering::Relaxed) & flag != 0
     }
 
-    /// Lets the storages among `keys` that this frame owns, or that `inside` own (frames
+    /// Lets the storages in `kept` that this frame owns, or that `inside` own (frames
     /// opened inside it, still open on this thread), outlive it (`keep`), and so the scopes
     /// in between. The mark is on the allocation, so it dies with it; one of a frame in
     /// `outside` (those this one is open in) stands, as it covers this frame too.
-    pub(crate) fn mark(
-        &self,
-        keys: impl IntoIterator<Item = Key>,
-        inside: &[Arc<Frame>],
-        outside: &[Arc<Frame>],
-    ) {
+    pub(crate) fn mark(&self, kept: &StorageSet, inside: &[Arc<Frame>], outside: &[Arc<Frame>]) {
+        if !kept.optimized.is_empty() {
+            // A kept optimizer: the state its step makes here has its variables' sizes, as
+            // when the scope hands it back (gradient accumulation).
+            self.lock().gradients.extend(kept.optimized.iter().copied());
+        }
         let owned = |f: &Arc<Frame>| f.id == self.id || inside.iter().any(|i| Arc::ptr_eq(i, f));
-        for key in keys {
+        for &key in kept.keys.iter() {
             if let Some(entry) = shard(key).get_mut(&key) {
                 let further_out = entry
                     .kept_past
@@ -929,7 +930,7 @@ pub(crate) fn entries_to_inspect(frame: &Frame) -> (Vec<Key>, FxHashSet<(DeviceI
     let state = frame.lock();
     let accelerator = state.stats.devices.iter().any(|(d, _)| !d.is_cpu());
     if !state.saw_backward && !accelerator {
-        return Default::default();
+        return (Vec::new(), state.gradients.clone());
     }
     let keys = state.keys.iter().map(|(_, key)| key).collect();
     (keys, state.gradients.clone())

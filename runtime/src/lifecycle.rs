@@ -75,13 +75,14 @@ impl OpenScope {
         Ok(scope)
     }
 
-    /// `keep`: what this scope owns among `keys`, or what scopes opened inside it and still
-    /// open on this thread own, may outlive it.
-    pub(crate) fn mark(&self, keys: impl IntoIterator<Item = ledger::Key>) {
+    /// `keep`: what this scope owns among `kept`'s storages, or what scopes opened inside it
+    /// and still open on this thread own, may outlive it; a kept optimizer's state made here
+    /// is held on purpose.
+    pub(crate) fn mark(&self, kept: &StorageSet) {
         let around = self.placed.as_ref().and_then(|p| thread::around(p.token));
         let (inside, outside) = around.unwrap_or_default();
         self.frame
-            .mark(keys, &inside, outside.as_deref().unwrap_or(&[]));
+            .mark(kept, &inside, outside.as_deref().unwrap_or(&[]));
     }
 
     #[inline]

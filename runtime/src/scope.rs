@@ -31,7 +31,7 @@ impl Scope {
     /// open included (they may outlive that scope too; not those an async scope or carried
     /// work owns).
     pub fn keep<T: Tensors + ?Sized>(&self, value: &T) {
-        self.open.mark(storages(value).keys.iter().copied());
+        self.open.mark(&storages(value));
     }
 
     /// Ends the scope: everything still alive that `kept` does not own has escaped. Returns
@@ -80,7 +80,7 @@ pub fn scope<R: Tensors>(
 /// [`keep_forever`] for memory that should leave every scope.
 pub fn keep<T: Tensors + ?Sized>(value: &T) {
     if let Some(chain) = thread::chain() {
-        chain[0].mark(storages(value).keys.iter().copied(), &[], &chain[1..]);
+        chain[0].mark(&storages(value), &[], &chain[1..]);
     }
 }
 

@@ -45,7 +45,9 @@ fn a_keep_mark_dies_with_its_block() {
     let frame = Frame::open();
     let c = chain(&[&frame]);
     assert!(record_alloc(c.clone(), key(0, 0), entry(64)));
-    frame.mark([key(0, 0)], &[], &[]);
+    let mut kept = StorageSet::new();
+    kept.keys.insert(key(0, 0));
+    frame.mark(&kept, &[], &[]);
     record_free(key(0, 0));
     assert!(record_alloc(c.clone(), key(0, 0), entry(64)));
     let closed = close(&frame, None, &Escapes);
