@@ -20,6 +20,9 @@ pub struct ScopeHandle {
     chain: Chain,
     /// The autograd mode where the handle was taken: carried work runs with it.
     grad: c_int,
+    /// Where the scopes that turned autograd off there were opened, for the hint that names
+    /// `keep_grad` when carried work panics for want of it.
+    off: Option<Arc<[grad::Place]>>,
 }
 
 /// The innermost scope open on this thread, as a handle to carry elsewhere.
@@ -34,6 +37,7 @@ pub fn current() -> Option<ScopeHandle> {
     thread::innermost().map(|chain| ScopeHandle {
         chain,
         grad: grad::mode(),
+        off: grad::places_off(),
     })
 }
 
@@ -42,6 +46,9 @@ pub fn current() -> Option<ScopeHandle> {
 struct Entered {
     token: Option<Token>,
     grad: Option<c_int>,
+    /// The length of the thread's list of scopes that turned autograd off, before the
+    /// handle's were added.
+    off: Option<usize>,
 }
 
 impl Drop for Entered {
@@ -51,6 +58,9 @@ impl Drop for Entered {
             // cleared here (it is the process's, as at a scope's own exit), where autocast is on.
             ffi::autocast_clear();
             thread::pop(token);
+        }
+        if let Some(len) = self.off {
+            grad::uncarry(len);
         }
         if let Some(previous) = self.grad {
             grad::set(previous);
@@ -85,9 +95,15 @@ impl ScopeHandle {
             thread::push_carried(chain, operators).ok()
         });
         let mode = carried.or(own.then_some(self.grad));
+        // Autograd off as the scope turned it off: panics for want of it name those scopes.
+        let off = match (&self.off, mode) {
+            (Some(places), Some(0)) => Some(grad::carry(places)),
+            _ => None,
+        };
         Entered {
             token,
             grad: mode.map(grad::set),
+            off,
         }
     }
 

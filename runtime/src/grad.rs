@@ -4,9 +4,10 @@ use crate::ffi;
 use std::cell::RefCell;
 use std::ffi::c_int;
 use std::panic::Location;
+use std::sync::Arc;
 use std::sync::Once;
 
-type Place = &'static Location<'static>;
+pub(crate) type Place = &'static Location<'static>;
 
 thread_local! {
     /// Where the scopes on this thread's stack that turned autograd off were opened.
@@ -38,6 +39,33 @@ pub(crate) fn forget(at: Place) {
             off.remove(i);
         }
     });
+}
+
+/// Where the scopes that turned autograd off on this thread were opened, outermost first, if
+/// any did: a handle carries them to its work, whose panics get the hint too.
+pub(crate) fn places_off() -> Option<Arc<[Place]>> {
+    OFF.try_with(|o| {
+        let off = o.borrow();
+        (!off.is_empty()).then(|| Arc::from(off.as_slice()))
+    })
+    .ok()
+    .flatten()
+}
+
+/// Adds carried work's `places` (from [`places_off`]) to this thread's; returns the length to
+/// give back to [`uncarry`] when the work leaves.
+pub(crate) fn carry(places: &[Place]) -> usize {
+    OFF.with(|o| {
+        let mut off = o.borrow_mut();
+        let len = off.len();
+        off.extend_from_slice(places);
+        len
+    })
+}
+
+/// Takes carried work's places off this thread's list again (see [`carry`]).
+pub(crate) fn uncarry(len: usize) {
+    let _ = OFF.try_with(|o| o.borrow_mut().truncate(len));
 }
 
 /// This thread's autograd mode, for [`set`].
