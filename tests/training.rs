@@ -262,6 +262,62 @@ fn a_step_whose_backward_ran_in_other_scopes_holds_its_state_on_purpose() {
     LEAKED.lock().unwrap().clear();
 }
 
+/// Gradient accumulation where the step keeps the optimizer with `keep` (the free function or
+/// `Scope::keep`) rather than handing it back: its state is held on purpose all the same, and
+/// a leak beside it is still found.
+#[test]
+fn a_step_that_keeps_its_optimizer_with_keep_holds_its_state_on_purpose() {
+    let _serial = serial();
+    for by_scope in [false, true] {
+        let mut s = setup(nn::Adam::default());
+        let (_, r) = scope(strict("accumulate").keep_grad_mode(true), || {
+            s.model
+                .forward(&s.x)
+                .mse_loss(&s.y, Reduction::Mean)
+                .backward();
+        })
+        .unwrap();
+        assert!(r.is_clean(), "{r}");
+        for leak in [false, true] {
+            let step = Scope::enter(strict("step").keep_grad_mode(true)).unwrap();
+            match by_scope {
+                true => step.keep(&s.opt),
+                false => gpu_scope::keep(&s.opt),
+            }
+            s.opt.step();
+            if leak {
+                leak_floats();
+                let r = escaped(step.exit(&()));
+                assert_eq!(r.escaped_bytes, block(128), "{r}");
+                LEAKED.lock().unwrap().clear();
+            } else {
+                let r = step.exit(&()).unwrap();
+                assert!(r.is_clean(), "{r}");
+                assert_eq!(r.held_by(HeldBy::OptimizerState), 2 * params(), "{r}");
+            }
+        }
+    }
+}
+
+/// Without the optimizer kept, a step whose backward ran elsewhere cannot tell its state from
+/// a leak: the state is reported escaped (which `keep` above fixes).
+#[test]
+fn a_step_that_keeps_no_optimizer_reports_its_state() {
+    let _serial = serial();
+    let mut s = setup(nn::Adam::default());
+    scope(strict("accumulate").keep_grad_mode(true), || {
+        s.model
+            .forward(&s.x)
+            .mse_loss(&s.y, Reduction::Mean)
+            .backward();
+    })
+    .unwrap();
+    let step = Scope::enter(strict("step").keep_grad_mode(true)).unwrap();
+    s.opt.step();
+    let r = escaped(step.exit(&()));
+    assert_eq!(r.escaped_bytes, 2 * params(), "{r}");
+}
+
 /// Backward inside a scope that left autograd off fails in libtorch; the panic names the
 /// option that fixes it.
 #[test]
@@ -314,6 +370,38 @@ fn autograd_off_names_the_scope_that_turned_it_off() {
         .unwrap_or_else(|| panic!("no hint: {stderr}"));
     assert!(hint.contains(&format!("opened at {epoch_at} (")), "{hint}");
     assert_eq!(hint.matches("training.rs:").count(), 1, "{hint}");
+}
+
+/// Work carried to another thread with a handle runs with the scope's autograd mode: a panic
+/// there for want of autograd gets the hint too, naming the scope that turned it off.
+#[test]
+fn autograd_off_in_carried_work_names_the_scope() {
+    let at = std::panic::Location::caller();
+    let at_line = format!("{}:{}", at.file(), at.line());
+    if in_child() {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let model = nn::linear(vs.root(), 4, 1, Default::default());
+        let _ = scope(ScopeOptions::new("carried").location(at), || {
+            let handle = gpu_scope::current().unwrap();
+            let work = std::thread::spawn(move || {
+                handle.in_scope(|| {
+                    let x = Tensor::ones([2, 4], (Kind::Float, Device::Cpu));
+                    model.forward(&x).sum(Kind::Float).backward();
+                })
+            });
+            work.join().unwrap();
+        });
+        return;
+    }
+    let out = child("autograd_off_in_carried_work_names_the_scope", &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("does not require grad"), "{stderr}");
+    let hint = stderr
+        .lines()
+        .find(|l| l.contains("gpu-scope: this ran with autograd off"))
+        .unwrap_or_else(|| panic!("no hint: {stderr}"));
+    assert!(hint.contains(&format!("opened at {at_line} (")), "{hint}");
 }
 
 /// A kept tensor with an autograd graph made before the scope (an argument from training
