@@ -29,7 +29,8 @@ impl Scope {
     /// Marks a value as kept: the storages it has now may outlive this scope (into the
     /// enclosing one), those made in a scope opened inside this one on this thread and still
     /// open included (they may outlive that scope too; not those an async scope or carried
-    /// work owns).
+    /// work owns). The state a kept optimizer's step makes in this scope is held on purpose,
+    /// as for an optimizer handed back (see the README's Training steps).
     pub fn keep<T: Tensors + ?Sized>(&self, value: &T) {
         self.open.mark(&storages(value));
     }
@@ -76,7 +77,8 @@ pub fn scope<R: Tensors>(
 /// Lets `value` outlive the innermost scope of this thread on purpose: it is handed to the
 /// enclosing scope, which checks it in turn. What it keeps are the storages `value` has at the
 /// call (a tensor resized or a container grown afterwards has storages it does not cover: keep
-/// it after the last change, or hand it back). Outside scopes it does nothing. See
+/// it after the last change, or hand it back); the state a kept optimizer's step makes in
+/// the scope is held on purpose. Outside scopes it does nothing. See
 /// [`keep_forever`] for memory that should leave every scope.
 pub fn keep<T: Tensors + ?Sized>(value: &T) {
     if let Some(chain) = thread::chain() {
