@@ -109,7 +109,14 @@ fn install_hint() {
 
 /// The line added to such errors: which scopes turned autograd off (`off`, outermost first).
 fn hint(off: &[Place]) -> String {
-    let places: Vec<String> = off.iter().map(|l| crate::report::place(l)).collect();
+    // Each once: work carried in with a handle on a thread where its scope is open adds the
+    // scope's place again.
+    let mut places: Vec<String> = Vec::new();
+    for place in off.iter().map(|l| crate::report::place(l)) {
+        if !places.contains(&place) {
+            places.push(place);
+        }
+    }
     format!(
         "gpu-scope: this ran with autograd off, turned off by the scope(s) opened at {} (scopes \
          turn autograd off by default, for inference); for training code give each of them the \
@@ -118,4 +125,25 @@ fn hint(off: &[Place]) -> String {
          autograd off",
         places.join(", ")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Work carried in with a handle on a thread where its scope is open adds the scope's
+    /// place a second time: the hint names it once.
+    #[test]
+    fn the_hint_names_each_place_once() {
+        let a = Location::caller();
+        let b = Location::caller();
+        let line = |l: Place| format!("{}:{}", l.file(), l.line());
+        let text = hint(&[a, b, a]);
+        assert_eq!(text.matches(&line(a)).count(), 1, "{text}");
+        assert_eq!(text.matches(&line(b)).count(), 1, "{text}");
+        assert!(
+            text.contains(&format!("{}, {}", line(a), line(b))),
+            "{text}"
+        );
+    }
 }
