@@ -230,6 +230,18 @@ fn an_epoch_around_steps_that_zero_their_gradients_last_is_clean() {
     assert_eq!(r.held_by(HeldBy::OptimizerState), 2 * params(), "{r}");
 }
 
+/// A backward pass in a scope of its own (gradient accumulation): clean.
+fn accumulate(s: &Setup) {
+    let (_, r) = scope(strict("accumulate").keep_grad_mode(true), || {
+        s.model
+            .forward(&s.x)
+            .mse_loss(&s.y, Reduction::Mean)
+            .backward();
+    })
+    .unwrap();
+    assert!(r.is_clean(), "{r}");
+}
+
 /// Gradient accumulation: backward in scopes of its own, then a step in another scope that
 /// keeps the optimizer. The state it makes on its first step has the size of the optimizer's
 /// variables, and is held on purpose; a leak beside a later step is still found.
@@ -239,14 +251,7 @@ fn a_step_whose_backward_ran_in_other_scopes_holds_its_state_on_purpose() {
     let _serial = serial();
     let mut s = setup(nn::Adam::default());
     for _ in 0..2 {
-        let (_, r) = scope(strict("accumulate").keep_grad_mode(true), || {
-            s.model
-                .forward(&s.x)
-                .mse_loss(&s.y, Reduction::Mean)
-                .backward();
-        })
-        .unwrap();
-        assert!(r.is_clean(), "{r}");
+        accumulate(&s);
     }
     let step = Scope::enter(strict("step").keep_grad_mode(true)).unwrap();
     s.opt.step();
@@ -270,14 +275,7 @@ fn a_step_that_keeps_its_optimizer_with_keep_holds_its_state_on_purpose() {
     let _serial = serial();
     for by_scope in [false, true] {
         let mut s = setup(nn::Adam::default());
-        let (_, r) = scope(strict("accumulate").keep_grad_mode(true), || {
-            s.model
-                .forward(&s.x)
-                .mse_loss(&s.y, Reduction::Mean)
-                .backward();
-        })
-        .unwrap();
-        assert!(r.is_clean(), "{r}");
+        accumulate(&s);
         for leak in [false, true] {
             let step = Scope::enter(strict("step").keep_grad_mode(true)).unwrap();
             match by_scope {
@@ -305,13 +303,7 @@ fn a_step_that_keeps_its_optimizer_with_keep_holds_its_state_on_purpose() {
 fn a_step_that_keeps_no_optimizer_reports_its_state() {
     let _serial = serial();
     let mut s = setup(nn::Adam::default());
-    scope(strict("accumulate").keep_grad_mode(true), || {
-        s.model
-            .forward(&s.x)
-            .mse_loss(&s.y, Reduction::Mean)
-            .backward();
-    })
-    .unwrap();
+    accumulate(&s);
     let step = Scope::enter(strict("step").keep_grad_mode(true)).unwrap();
     s.opt.step();
     let r = escaped(step.exit(&()));
