@@ -12,8 +12,8 @@ pub(crate) struct Check<'a> {
     kept: &'a StorageSet,
     /// Blocks libraries keep on purpose, by what keeps them.
     workspaces: FxHashMap<Key, &'static str>,
-    /// Requested sizes of the gradients made in the scope (optimizer state has the same sizes,
-    /// as it has those of a kept optimizer's variables: `StorageSet::optimized`).
+    /// Requested sizes that optimizer state has: those of the gradients made in the scope,
+    /// and of a kept optimizer's variables (`StorageSet::optimized`, or given to `keep`).
     gradients: FxHashSet<(DeviceId, u64)>,
     /// autocast's cached casts that clearing its cache freed.
     autocast: Vec<(HeldBy, DeviceId, u64)>,
@@ -47,6 +47,7 @@ impl<'a> Check<'a> {
         let mut candidates: Vec<(Key, u64)> = Vec::new();
         let (keys, gradients) = ledger::entries_to_inspect(frame);
         check.gradients = gradients;
+        check.gradients.extend(kept.optimized.iter().copied());
         for key in keys {
             let Some((bytes, asked, made)) =
                 ledger::with_entry(key, |e| (e.bytes, e.asked(), e.made))
@@ -90,10 +91,7 @@ impl Judge for Check<'_> {
             Fate::Held(HeldBy::Workspace(kind))
         } else if entry.made.backward {
             Fate::Held(HeldBy::Gradient)
-        } else if entry.made.grad_off
-            && (self.gradients.contains(&(key.1, entry.asked()))
-                || self.kept.optimized.contains(&(key.1, entry.asked())))
-        {
+        } else if entry.made.grad_off && self.gradients.contains(&(key.1, entry.asked())) {
             // The size of a gradient made here, or of a kept optimizer's variable (a step
             // whose backward ran in other scopes: gradient accumulation).
             Fate::Held(HeldBy::OptimizerState)

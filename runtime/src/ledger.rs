@@ -286,8 +286,9 @@ pub(crate) struct FrameState {
     pub saw_backward: bool,
     /// The requested sizes of the gradients it owned that outlived their backward pass (a
     /// parameter's `.grad`) and were freed since, by `zero_grad`, and those of the frames that
-    /// closed into it: an optimizer's state, made beside them, has their sizes. (The live ones
-    /// are looked at by the check.)
+    /// closed into it: an optimizer's state, made beside them, has their sizes. Also the sizes
+    /// of the variables of an optimizer given to `keep` (a step whose backward ran in other
+    /// scopes). (The live gradients are looked at by the check.)
     pub gradients: FxHashSet<(DeviceId, u64)>,
     /// Blocks charged to it that `keep_forever` took out of tracking while it was open.
     forever: Vec<(DeviceId, u64)>,
@@ -925,14 +926,15 @@ pub(crate) struct Closed {
 
 /// The live entries of a frame, when the check must look at them before closing it: some
 /// were made during a backward pass or on an accelerator. Otherwise none. Also the sizes of
-/// the gradients freed after their backward pass (`FrameState::gradients`).
+/// the gradients freed after their backward pass and of a kept optimizer's variables
+/// (`FrameState::gradients`).
 pub(crate) fn entries_to_inspect(frame: &Frame) -> (Vec<Key>, FxHashSet<(DeviceId, u64)>) {
     let state = frame.lock();
     let accelerator = state.stats.devices.iter().any(|(d, _)| !d.is_cpu());
-    if !state.saw_backward && !accelerator {
-        return (Vec::new(), state.gradients.clone());
-    }
-    let keys = state.keys.iter().map(|(_, key)| key).collect();
+    let keys = match state.saw_backward || accelerator {
+        true => state.keys.iter().map(|(_, key)| key).collect(),
+        false => Vec::new(),
+    };
     (keys, state.gradients.clone())
 }
 
