@@ -97,7 +97,7 @@ impl ScopeHandle {
         let mode = carried.or(own.then_some(self.grad));
         // Autograd off as the scope turned it off: panics for want of it name those scopes.
         let off = match (&self.off, mode) {
-            (Some(places), Some(0)) => Some(grad::carry(places)),
+            (Some(places), Some(0)) => grad::carry(places),
             _ => None,
         };
         Entered {

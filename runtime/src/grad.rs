@@ -53,14 +53,16 @@ pub(crate) fn places_off() -> Option<Arc<[Place]>> {
 }
 
 /// Adds carried work's `places` (from [`places_off`]) to this thread's; returns the length to
-/// give back to [`uncarry`] when the work leaves.
-pub(crate) fn carry(places: &[Place]) -> usize {
-    OFF.with(|o| {
+/// give back to [`uncarry`] when the work leaves (none during the thread's end, when the list
+/// may be gone already: a carried future dropped then).
+pub(crate) fn carry(places: &[Place]) -> Option<usize> {
+    OFF.try_with(|o| {
         let mut off = o.borrow_mut();
         let len = off.len();
         off.extend_from_slice(places);
         len
     })
+    .ok()
 }
 
 /// Takes carried work's places off this thread's list again (see [`carry`]).
