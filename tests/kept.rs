@@ -1,7 +1,7 @@
 //! What a scope hands back is never reported as escaped.
 mod common;
 use common::{block, device, floats, on, strict};
-use gpu_scope::{keep, scope, Scope};
+use gpu_scope::{keep, scope, EscapePolicy, Scope};
 use tch::nn::{self, Module};
 use tch::{Device, Tensor};
 
@@ -112,6 +112,36 @@ fn thousands_of_temporaries() {
     assert_eq!(r.kept, block(64));
     assert_eq!(r.allocated - r.freed, block(64));
     assert!(r.allocations >= 10_000);
+}
+
+/// A scope that hands back thousands of blocks (more than a frame settles one by one) names
+/// exactly those it did not (largest first, as every report does), and what it handed back stays
+/// usable.
+#[test]
+fn thousands_kept_beside_a_few_escapes() {
+    let mut stash = Vec::new();
+    let options = strict("many").on_escape(EscapePolicy::Ignore);
+    let (kept, report) = scope(options, || {
+        let mut kept = Vec::new();
+        for i in 0..6000 {
+            kept.push(floats(4));
+            if i % 2000 == 0 {
+                stash.push(floats(i + 1));
+            }
+        }
+        kept
+    })
+    .unwrap();
+    let sizes: Vec<u64> = report.escaped.iter().map(|e| e.bytes).collect();
+    assert_eq!(sizes, [block(16004), block(8004), block(4)], "{report}");
+    assert_eq!(on(&report).kept, 6000 * block(16), "{report}");
+    let sums = || -> f64 {
+        kept.iter()
+            .map(|t| (t + 1.0).sum(tch::Kind::Float).double_value(&[]))
+            .sum()
+    };
+    let (total, _) = clean(scope(strict("again"), sums));
+    assert_eq!(total, 6000.0 * 4.0);
 }
 
 #[test]

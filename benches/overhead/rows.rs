@@ -314,7 +314,8 @@ pub fn child(mode: &str) {
 
 /// `n` repetitions of one workload and nothing else, for instruction counts under callgrind
 /// (`--repeat WHAT N [WIDTH]`, BENCHMARKS.md): the MLP pass (3x256 unless WIDTH says)
-/// `unscoped` or `scoped`, or an `empty` scope, outermost or `nested` in an open one.
+/// `unscoped` or `scoped`, or an `empty` scope, outermost or `nested` in an open one, or
+/// the `exit` row at 100 000 live allocations (for `perf`).
 pub fn repeat(what: &str, n: usize, width: i64) {
     tch::set_num_threads(1);
     tch::manual_seed(0);
@@ -329,12 +330,15 @@ pub fn repeat(what: &str, n: usize, width: i64) {
         ("unscoped", _) => Box::new(|| drop(model.forward(&x))),
         ("scoped", _) => Box::new(|| drop(scoped(|| model.forward(&x)))),
         ("empty" | "nested", _) => Box::new(empty),
+        ("exit", _) => Box::new(|| {
+            exit_time(100_000, false);
+        }),
         ("switch-unscoped" | "switch-scoped", Some((_, all))) => {
             let scope = what == "switch-scoped";
             Box::new(move || all(scope))
         }
         _ => panic!(
-            "--repeat takes unscoped, scoped, empty, nested, switch-unscoped or switch-scoped, \
+            "--repeat takes unscoped, scoped, empty, nested, exit, switch-unscoped or switch-scoped, \
              not {what}"
         ),
     };

@@ -646,10 +646,17 @@ struct CpuBytes {
 /// behind it. An accelerator's caching allocator serves every thread from the same segments, so
 /// its blocks are spread by address.
 fn shard(key: Key) -> MutexGuard<'static, FxHashMap<Key, Entry>> {
+    lock_shard(shard_of(key))
+}
+
+fn shard_of(key: Key) -> usize {
     let unit = if key.1.is_cpu() { 16 } else { 6 };
     let mixed = ((key.0 >> unit) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    let shard = &REGISTRY[(mixed >> 58) as usize % SHARDS];
-    shard.0.lock().unwrap_or_else(|e| e.into_inner())
+    (mixed >> 58) as usize % SHARDS
+}
+
+fn lock_shard(at: usize) -> MutexGuard<'static, FxHashMap<Key, Entry>> {
+    REGISTRY[at].0.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Keeps count of accelerator entries (CPU blocks are counted in bytes by `CPU_BYTES`).
@@ -852,8 +859,17 @@ fn untrack_entry(mut slot: Slot<'_>) -> Entry {
         counted(*slot.key(), -1);
         return slot.remove();
     }
-    let entry = slot.get_mut();
-    Entry {
+    untrack_in_place(*slot.key(), slot.get_mut()).0
+}
+
+/// [`untrack_entry`] on an entry in the map: what it knew, and whether the caller must take
+/// it out of the map (it is not a CPU block the shim needs).
+fn untrack_in_place(key: Key, entry: &mut Entry) -> (Entry, bool) {
+    let gone = entry.cpu.is_none();
+    if gone {
+        counted(key, -1);
+    }
+    let known = Entry {
         owner: entry.owner,
         slot: entry.slot,
         chain: entry.chain.take(),
@@ -863,7 +879,8 @@ fn untrack_entry(mut slot: Slot<'_>) -> Entry {
         made: entry.made,
         about: entry.about.take(),
         cpu: None,
-    }
+    };
+    (known, gone)
 }
 
 /// Drops storages from every scope's tracking for good (`keep_forever`).
@@ -1007,60 +1024,24 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
         // Nothing alive (a clean scope whose blocks were all freed): nothing to hand on.
         return closed;
     }
-    // `keep` let an entry outlive this frame if this frame or one it closes inside marked it.
-    let marked = |entry: &Entry| {
-        entry.kept_past.is_some_and(|id| {
-            id == frame.id || enclosing.is_some_and(|c| c.iter().any(|f| f.id == id))
-        })
+    let open = enclosing.and_then(open_chain);
+    let mut closing = Closing {
+        frame,
+        inside: enclosing,
+        enclosing: open.as_ref(),
+        judge,
+        closed: &mut closed,
+        charged_later: Vec::new(),
     };
-    let enclosing = enclosing.and_then(open_chain);
-    let enclosing = enclosing.as_ref();
-    // Handed on to the enclosing frame: those already charged to all of its chain (every
-    // block of a scope nested in it on this thread) at once, the others (an async scope
-    // closing elsewhere than it ran) after the loop.
-    let mut charged_later = Vec::new();
-    for (at, key) in keys.iter() {
-        let mut map = shard(key);
-        let hash_map::Entry::Occupied(mut slot) = map.entry(key) else {
-            // Freed on another thread after the frame was locked: nothing to judge.
-            continue;
-        };
-        let entry = slot.get_mut();
-        if entry.slot != at || entry.frame().is_none_or(|f| !Arc::ptr_eq(f, frame)) {
-            // Its address was freed and reused for a block of another frame meanwhile.
-            continue;
+    if keys.len < BY_SHARD_FROM {
+        for (at, key) in keys.iter() {
+            closing.look_up(&mut shard(key), at, key);
         }
-        let bytes = entry.bytes;
-        let fate = judge.fate(key, entry, marked(entry));
-        match fate {
-            Fate::Kept => closed.kept.both(key.1, |c| {
-                c.allocations += 1;
-                c.gain(bytes)
-            }),
-            Fate::Held(held) => closed.held.push((held, key.1, bytes)),
-            Fate::Escaped if enclosing.is_some() => closed.escaped.push((key, entry.copy())),
-            Fate::Escaped => {}
-        }
-        match enclosing {
-            Some(chain) if charged_to(entry, chain) => match adopt(&chain[0], key) {
-                Some(slot) => {
-                    entry.owner = position(entry, &chain[0]);
-                    entry.slot = slot;
-                }
-                // It closed meanwhile, on another thread.
-                None => charged_later.push(key),
-            },
-            Some(_) => charged_later.push(key),
-            None => {
-                let entry = untrack_entry(slot);
-                drop(map);
-                discharge(key, &entry, false, Some(frame));
-                if fate == Fate::Escaped {
-                    closed.escaped.push((key, entry));
-                }
-            }
-        }
+    } else {
+        closing.by_shard(&keys);
     }
+    let charged_later = std::mem::take(&mut closing.charged_later);
+    let enclosing = open.as_ref();
     drop(keys);
     if let Some(chain) = enclosing {
         for key in charged_later {
@@ -1082,6 +1063,114 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
         }
     }
     closed
+}
+
+/// From how many live entries a closing frame is settled shard by shard (see
+/// [`Closing::by_shard`]).
+const BY_SHARD_FROM: usize = 4096;
+
+/// A closing frame's walk over its live entries.
+struct Closing<'a> {
+    frame: &'a Arc<Frame>,
+    /// The chain it closes inside, as given: `keep`'s marks of these frames let an entry
+    /// outlive it.
+    inside: Option<&'a Chain>,
+    /// Where its live entries go: the open part of `inside`.
+    enclosing: Option<&'a Chain>,
+    judge: &'a dyn Judge,
+    closed: &'a mut Closed,
+    /// Entries not charged to all of `enclosing` (an async scope closing elsewhere than it
+    /// ran), handed on after the walk.
+    charged_later: Vec<Key>,
+}
+
+impl Closing<'_> {
+    /// Judges `entry`, one of the frame's live ones, and hands it on to the enclosing frame
+    /// (or out of tracking when there is none). True when it leaves the ledger's map.
+    #[inline(always)]
+    fn settle(&mut self, key: Key, entry: &mut Entry) -> bool {
+        let marked = entry.kept_past.is_some_and(|id| {
+            id == self.frame.id || self.inside.is_some_and(|c| c.iter().any(|f| f.id == id))
+        });
+        let bytes = entry.bytes;
+        let fate = self.judge.fate(key, entry, marked);
+        let closed = &mut *self.closed;
+        match fate {
+            Fate::Kept => closed.kept.both(key.1, |c| {
+                c.allocations += 1;
+                c.gain(bytes)
+            }),
+            Fate::Held(held) => closed.held.push((held, key.1, bytes)),
+            Fate::Escaped if self.enclosing.is_some() => closed.escaped.push((key, entry.copy())),
+            Fate::Escaped => {}
+        }
+        match self.enclosing {
+            Some(chain) if charged_to(entry, chain) => match adopt(&chain[0], key) {
+                Some(slot) => {
+                    entry.owner = position(entry, &chain[0]);
+                    entry.slot = slot;
+                }
+                // It closed meanwhile, on another thread.
+                None => self.charged_later.push(key),
+            },
+            Some(_) => self.charged_later.push(key),
+            None => {
+                let (entry, gone) = untrack_in_place(key, entry);
+                discharge(key, &entry, false, Some(self.frame));
+                if fate == Fate::Escaped {
+                    self.closed.escaped.push((key, entry));
+                }
+                return gone;
+            }
+        }
+        false
+    }
+
+    /// Settles the entry at `key`, on the frame's list at `slot`, in its shard's `map`.
+    #[inline(always)]
+    fn look_up(&mut self, map: &mut FxHashMap<Key, Entry>, slot: u32, key: Key) {
+        let hash_map::Entry::Occupied(mut place) = map.entry(key) else {
+            // Freed on another thread after the frame was locked: nothing to judge.
+            return;
+        };
+        let entry = place.get_mut();
+        if entry.slot != slot || entry.frame().is_none_or(|f| !Arc::ptr_eq(f, self.frame)) {
+            // Its address was freed and reused for a block of another frame meanwhile.
+            return;
+        }
+        if self.settle(key, entry) {
+            place.remove();
+        }
+    }
+
+    /// Settles a large frame's entries one shard at a time, each shard under one lock. Where
+    /// the frame owns a good part of a shard, the shard's whole table is walked in its own
+    /// order, which the processor reads ahead: looking each entry up by its key is a cache
+    /// miss apiece once the ledger outgrows the cache. (The escapes come in the shards'
+    /// order; the report sorts them by size and address.)
+    fn by_shard(&mut self, keys: &Owned) {
+        let mut counts = [0usize; SHARDS];
+        for (_, key) in keys.iter() {
+            counts[shard_of(key)] += 1;
+        }
+        for (at, &count) in counts.iter().enumerate() {
+            if count == 0 {
+                continue;
+            }
+            let mut map = lock_shard(at);
+            if count * 4 >= map.len() {
+                // An entry the frame owns is on its list: no block joins a closed frame.
+                map.retain(|&key, entry| {
+                    let owned = entry.frame().is_some_and(|f| Arc::ptr_eq(f, self.frame));
+                    !(owned && self.settle(key, entry))
+                });
+                continue;
+            }
+            for (slot, key) in keys.iter().filter(|&(_, key)| shard_of(key) == at) {
+                self.look_up(&mut map, slot, key);
+            }
+        }
+    }
 }
 
 /// The most frames a chain may have (scopes nested on a thread, with those carried in).

@@ -214,3 +214,134 @@ fn a_block_handed_on_is_owned_by_the_enclosing_frame() {
     escaped.sort();
     assert_eq!(escaped, [key(9, 0), key(9, 2)]);
 }
+
+/// Block `n` of a large frame's test, at `base` (far from the other tests' addresses).
+fn big(base: usize, n: usize) -> Key {
+    (base + n * 0x200, DEVICE)
+}
+
+/// One large frame's test at a time: how a shard is walked depends on what else is in it.
+fn one_large() -> MutexGuard<'static, ()> {
+    static LARGE: Mutex<()> = Mutex::new(());
+    LARGE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A frame with more live blocks than [`BY_SHARD_FROM`], most of its shards' entries, is
+/// settled shard by shard, walking the shards' tables: it judges exactly the blocks alive in
+/// it, each once, and lets every block leave tracking.
+#[test]
+fn a_large_frame_is_settled_as_a_small_one_is() {
+    let _one = one_large();
+    let frame = Frame::open();
+    let c = chain(&[&frame]);
+    let k = |n| big(0x1_0000_0000, n);
+    let n = 2 * BY_SHARD_FROM;
+    for i in 0..n {
+        assert!(record_alloc(c.clone(), k(i), entry(8)));
+    }
+    // Freed blocks leave slots that later ones take: the list's order is not the keys'.
+    for i in (0..n).step_by(3) {
+        record_free(k(i));
+    }
+    for i in n..n + 100 {
+        record_alloc(c.clone(), k(i), entry(16));
+    }
+    let mut kept = StorageSet::new();
+    for i in (1..n).step_by(3) {
+        kept.keys.insert(k(i));
+    }
+    frame.mark(&kept, &[], &[]);
+    let order: Vec<Key> = frame.lock().keys.iter().map(|(_, key)| key).collect();
+    assert!(order.len() >= BY_SHARD_FROM);
+    let closed = close(&frame, None, &Escapes);
+    let mut escaped: Vec<Key> = closed.escaped.iter().map(|(key, _)| *key).collect();
+    let mut expected: Vec<Key> = order
+        .iter()
+        .copied()
+        .filter(|key| !kept.keys.contains(key))
+        .collect();
+    escaped.sort();
+    expected.sort();
+    assert_eq!(escaped.len(), n / 3 + 100);
+    assert!(escaped == expected, "each unkept block once");
+    let kept_blocks = (1..n).step_by(3).count() as u64;
+    assert_eq!(closed.kept.total.allocations, kept_blocks);
+    assert_eq!(closed.kept.total.live, 8 * kept_blocks);
+    for i in 0..n + 100 {
+        assert!(
+            with_entry(k(i), |_| ()).is_none(),
+            "block {i} left tracking"
+        );
+    }
+}
+
+/// A large inner frame whose blocks share their shards with more of the enclosing frame's
+/// (so that most shards are looked up key by key) hands every block on: the enclosing frame
+/// owns and judges them all.
+#[test]
+fn a_large_frame_among_more_blocks_hands_every_one_on() {
+    let _one = one_large();
+    let (outer, inner) = (Frame::open(), Frame::open());
+    let o = chain(&[&outer]);
+    let i = chain(&[&inner, &outer]);
+    let k = |n| big(0x2_0000_0000, n);
+    let n = BY_SHARD_FROM + 100;
+    for at in 0..5 * n {
+        let c = if at % 5 == 0 { &i } else { &o };
+        assert!(record_alloc(c.clone(), k(at), entry(4)));
+    }
+    let closed = close(&inner, Some(&o), &Escapes);
+    let mut escaped: Vec<Key> = closed.escaped.iter().map(|(key, _)| *key).collect();
+    escaped.sort();
+    let made: Vec<Key> = (0..5 * n).step_by(5).map(k).collect();
+    assert!(escaped == made, "each inner block once");
+    assert_eq!(outer.lock().keys.len, 5 * n);
+    assert_eq!(outer.lock().stats.total.live, 4 * 5 * n as u64);
+    let closed = close(&outer, None, &Escapes);
+    assert_eq!(
+        closed.escaped.len(),
+        5 * n,
+        "escaped from the outer frame too"
+    );
+    assert!(record_free(k(0)).is_none(), "no longer tracked");
+}
+
+/// Blocks of a large closing frame freed on another thread meanwhile: no block is reported
+/// twice, every block left alive is, and none stays tracked.
+#[test]
+fn a_large_frame_closing_while_its_blocks_are_freed_elsewhere() {
+    let _one = one_large();
+    let frame = Frame::open();
+    let c = chain(&[&frame]);
+    let k = |n| big(0x3_0000_0000, n);
+    let n = 4 * BY_SHARD_FROM;
+    for i in 0..n {
+        assert!(record_alloc(c.clone(), k(i), entry(8)));
+    }
+    let freeing = std::thread::spawn(move || {
+        for i in (0..n).step_by(2) {
+            record_free(k(i));
+        }
+    });
+    let closed = close(&frame, None, &Escapes);
+    freeing.join().unwrap();
+    let escaped: FxHashSet<Key> = closed.escaped.iter().map(|(key, _)| *key).collect();
+    assert_eq!(
+        escaped.len(),
+        closed.escaped.len(),
+        "each block reported once"
+    );
+    assert!(
+        (1..n).step_by(2).all(|i| escaped.contains(&k(i))),
+        "every unfreed block"
+    );
+    // A block freed before the walk reached it is not reported; one freed after was alive
+    // when judged.
+    assert!(closed.stats.total.freed + 8 * escaped.len() as u64 <= 8 * n as u64);
+    for i in 0..n {
+        assert!(
+            with_entry(k(i), |_| ()).is_none(),
+            "block {i} left tracking"
+        );
+    }
+}
