@@ -645,16 +645,19 @@ struct CpuBytes {
 /// come from its own allocator arena, so two threads seldom share a shard and the cache lines
 /// behind it. An accelerator's caching allocator serves every thread from the same segments, so
 /// its blocks are spread by address.
+#[inline]
 fn shard(key: Key) -> MutexGuard<'static, FxHashMap<Key, Entry>> {
     lock_shard(shard_of(key))
 }
 
+#[inline]
 fn shard_of(key: Key) -> usize {
     let unit = if key.1.is_cpu() { 16 } else { 6 };
     let mixed = ((key.0 >> unit) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     (mixed >> 58) as usize % SHARDS
 }
 
+#[inline]
 fn lock_shard(at: usize) -> MutexGuard<'static, FxHashMap<Key, Entry>> {
     REGISTRY[at].0.lock().unwrap_or_else(|e| e.into_inner())
 }
