@@ -487,7 +487,7 @@ impl Frame {
     }
 }
 
-const SHARDS: usize = 64;
+pub(crate) const SHARDS: usize = 64;
 
 /// Each shard in cache lines of its own: threads locking neighbouring shards do not fight.
 type Shard = CachePadded<Mutex<FxHashMap<Key, Entry>>>;
@@ -651,7 +651,7 @@ fn shard(key: Key) -> MutexGuard<'static, FxHashMap<Key, Entry>> {
 }
 
 #[inline]
-fn shard_of(key: Key) -> usize {
+pub(crate) fn shard_of(key: Key) -> usize {
     let unit = if key.1.is_cpu() { 16 } else { 6 };
     let mixed = ((key.0 >> unit) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     (mixed >> 58) as usize % SHARDS

@@ -54,19 +54,27 @@ impl Drop for StorageSet {
 
 /// The storage keys found. A scope usually hands back a few tensors: up to `FEW` keys are
 /// kept in place and searched in order, with no hashing and no buffer; more go to a hash set
-/// (a spare one of this thread's, see `ledger::spare`).
+/// (a spare one of this thread's, see `ledger::spare`), and past `MANY` to one set per
+/// ledger shard: a large frame's close walks the ledger a shard at a time, and then asks
+/// the set of that shard only, small enough to stay in cache.
 #[derive(Debug, Default)]
 pub(crate) struct Keys {
     few: smallvec::SmallVec<[Key; Keys::FEW]>,
     many: rustc_hash::FxHashSet<Key>,
+    by_shard: Vec<rustc_hash::FxHashSet<Key>>,
 }
 
 impl Keys {
     const FEW: usize = 4;
+    const MANY: usize = 4096;
 
     pub(crate) fn insert(&mut self, key: Key) {
-        if !self.many.is_empty() {
-            self.many.insert(key);
+        if !self.by_shard.is_empty() {
+            self.by_shard[crate::ledger::shard_of(key)].insert(key);
+        } else if !self.many.is_empty() {
+            if self.many.insert(key) && self.many.len() > Self::MANY {
+                self.shard();
+            }
         } else if !self.few.contains(&key) {
             if self.few.len() < Self::FEW {
                 self.few.push(key);
@@ -83,7 +91,18 @@ impl Keys {
         self.many.insert(key);
     }
 
+    #[cold]
+    fn shard(&mut self) {
+        self.by_shard = vec![Default::default(); crate::ledger::SHARDS];
+        for key in self.many.drain() {
+            self.by_shard[crate::ledger::shard_of(key)].insert(key);
+        }
+    }
+
     pub(crate) fn contains(&self, key: &Key) -> bool {
+        if !self.by_shard.is_empty() {
+            return self.by_shard[crate::ledger::shard_of(*key)].contains(key);
+        }
         match self.many.is_empty() {
             true => self.few.contains(key),
             false => self.many.contains(key),
@@ -91,11 +110,13 @@ impl Keys {
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Key> + '_ {
-        self.few.iter().chain(self.many.iter())
+        let sharded = self.by_shard.iter().flat_map(|set| set.iter());
+        self.few.iter().chain(self.many.iter()).chain(sharded)
     }
 
     fn len(&self) -> usize {
-        self.few.len() + self.many.len()
+        let sharded: usize = self.by_shard.iter().map(|set| set.len()).sum();
+        self.few.len() + self.many.len() + sharded
     }
 }
 
@@ -690,3 +711,30 @@ tuple!(A B C D E F G H I);
 tuple!(A B C D E F G H I J);
 tuple!(A B C D E F G H I J K);
 tuple!(A B C D E F G H I J K L);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Past `MANY` keys the set is split by ledger shard: every key is still found once,
+    /// and nothing else is.
+    #[test]
+    fn a_large_key_set_finds_each_key_once() {
+        let device = DeviceId::from_raw(0, -1);
+        let key = |n: usize| (0x10_0000 + n * 64, device);
+        let n = 3 * Keys::MANY;
+        let mut keys = Keys::default();
+        for i in 0..n {
+            keys.insert(key(i));
+            keys.insert(key(i / 2));
+        }
+        assert!(!keys.by_shard.is_empty(), "split");
+        assert_eq!(keys.len(), n);
+        assert!((0..n).all(|i| keys.contains(&key(i))));
+        assert!(!keys.contains(&key(n)));
+        let mut seen: Vec<Key> = keys.iter().copied().collect();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), n, "each key once");
+    }
+}
