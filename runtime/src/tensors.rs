@@ -733,6 +733,7 @@ mod tests {
         assert!((0..n).all(|i| keys.contains(&key(i))));
         assert!(!keys.contains(&key(n)));
         let mut seen: Vec<Key> = keys.iter().copied().collect();
+        assert_eq!(seen.len(), n);
         seen.sort();
         seen.dedup();
         assert_eq!(seen.len(), n, "each key once");
