@@ -226,19 +226,37 @@ fn one_large() -> MutexGuard<'static, ()> {
     LARGE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A frame with `n` live blocks of 8 bytes, `big(base, 0..n)`.
+fn large_frame(base: usize, n: usize) -> Arc<Frame> {
+    let frame = Frame::open();
+    let c = chain(&[&frame]);
+    for i in 0..n {
+        assert!(record_alloc(c.clone(), big(base, i), entry(8)));
+    }
+    frame
+}
+
+/// No block `big(base, 0..n)` is tracked any more.
+fn assert_left_tracking(base: usize, n: usize) {
+    for i in 0..n {
+        assert!(
+            with_entry(big(base, i), |_| ()).is_none(),
+            "block {i} left tracking"
+        );
+    }
+}
+
 /// A frame with more live blocks than [`BY_SHARD_FROM`], most of its shards' entries, is
 /// settled shard by shard, walking the shards' tables: it judges exactly the blocks alive in
 /// it, each once, and lets every block leave tracking.
 #[test]
 fn a_large_frame_is_settled_as_a_small_one_is() {
     let _one = one_large();
-    let frame = Frame::open();
-    let c = chain(&[&frame]);
-    let k = |n| big(0x1_0000_0000, n);
+    let base = 0x1_0000_0000;
+    let k = |n| big(base, n);
     let n = 2 * BY_SHARD_FROM;
-    for i in 0..n {
-        assert!(record_alloc(c.clone(), k(i), entry(8)));
-    }
+    let frame = large_frame(base, n);
+    let c = chain(&[&frame]);
     // Freed blocks leave slots that later ones take: the list's order is not the keys'.
     for i in (0..n).step_by(3) {
         record_free(k(i));
@@ -267,12 +285,7 @@ fn a_large_frame_is_settled_as_a_small_one_is() {
     let kept_blocks = (1..n).step_by(3).count() as u64;
     assert_eq!(closed.kept.total.allocations, kept_blocks);
     assert_eq!(closed.kept.total.live, 8 * kept_blocks);
-    for i in 0..n + 100 {
-        assert!(
-            with_entry(k(i), |_| ()).is_none(),
-            "block {i} left tracking"
-        );
-    }
+    assert_left_tracking(base, n + 100);
 }
 
 /// A large inner frame whose blocks share their shards with more of the enclosing frame's
@@ -311,13 +324,10 @@ fn a_large_frame_among_more_blocks_hands_every_one_on() {
 #[test]
 fn a_large_frame_closing_while_its_blocks_are_freed_elsewhere() {
     let _one = one_large();
-    let frame = Frame::open();
-    let c = chain(&[&frame]);
-    let k = |n| big(0x3_0000_0000, n);
+    let base = 0x3_0000_0000;
+    let k = move |n| big(base, n);
     let n = 4 * BY_SHARD_FROM;
-    for i in 0..n {
-        assert!(record_alloc(c.clone(), k(i), entry(8)));
-    }
+    let frame = large_frame(base, n);
     let freeing = std::thread::spawn(move || {
         for i in (0..n).step_by(2) {
             record_free(k(i));
@@ -338,10 +348,5 @@ fn a_large_frame_closing_while_its_blocks_are_freed_elsewhere() {
     // A block freed before the walk reached it is not reported; one freed after was alive
     // when judged.
     assert!(closed.stats.total.freed + 8 * escaped.len() as u64 <= 8 * n as u64);
-    for i in 0..n {
-        assert!(
-            with_entry(k(i), |_| ()).is_none(),
-            "block {i} left tracking"
-        );
-    }
+    assert_left_tracking(base, n);
 }
