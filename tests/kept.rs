@@ -1,9 +1,10 @@
 //! What a scope hands back is never reported as escaped.
 mod common;
 use common::{block, device, floats, on, strict};
-use gpu_scope::{keep, scope, EscapePolicy, Scope};
+use gpu_scope::{keep, scope, EscapePolicy, HeldBy, Scope};
+use std::collections::VecDeque;
 use tch::nn::{self, Module};
-use tch::{Device, Tensor};
+use tch::{Device, Kind, Tensor};
 
 fn clean<T>(
     result: Result<(T, gpu_scope::ScopeReport), gpu_scope::Error>,
@@ -142,6 +143,61 @@ fn thousands_kept_beside_a_few_escapes() {
     };
     let (total, _) = clean(scope(strict("again"), sums));
     assert_eq!(total, 6000.0 * 4.0);
+}
+
+/// A long run of kept tensors (a `Vec`, a `VecDeque` wrapped around its buffer) is read in
+/// batches: each kind of tensor anywhere in it is searched as one alone is, in batches whose
+/// storages overflow their buffer too (sparse tensors own two or three), and a graph deep in
+/// the run still holds what it saved.
+#[test]
+fn a_long_run_of_kept_tensors_of_every_kind() {
+    let w = Tensor::randn([8, 8], (Kind::Float, device())).set_requires_grad(true);
+    let x = Tensor::randn([4, 8], (Kind::Float, device()));
+    let sparse = |csr| {
+        let eye = Tensor::eye(4, (Kind::Float, Device::Cpu));
+        match csr {
+            true => eye.to_sparse_csr(None),
+            false => eye.to_sparse_sparse_dim(2),
+        }
+    };
+    // 1 200 tensors, the one at `graph` with a graph that saved a 4x8 tensor.
+    let run = |graph| {
+        let mut run = VecDeque::new();
+        for i in 0..1200 {
+            let t = match i % 4 {
+                0 if Some(i) == graph => x.matmul(&w).tanh().sum(Kind::Float),
+                0 => floats(4),
+                1 => sparse(false),
+                _ => sparse(true),
+            };
+            match i % 2 {
+                0 => run.push_back(t),
+                _ => run.push_front(t),
+            }
+        }
+        let (front, back) = run.as_slices();
+        assert!(!front.is_empty() && !back.is_empty());
+        run
+    };
+    let mut stash = Vec::new();
+    let options = strict("run").on_escape(EscapePolicy::Ignore);
+    let (kept, report) = scope(options, || {
+        (0..3).for_each(|i| stash.push(floats(100 * i + 7)));
+        run(None)
+    })
+    .unwrap();
+    let sizes: Vec<u64> = report.escaped.iter().map(|e| e.bytes).collect();
+    assert_eq!(sizes, [block(828), block(428), block(28)], "{report}");
+    // The same tensors in a `Vec`, handed on from a scope that made none of them.
+    let kept: Vec<Tensor> = kept.into_iter().collect();
+    let (kept, _) = clean(scope(strict("again"), || kept));
+    assert_eq!(kept.len(), 1200);
+    let options = strict("graph").keep_grad_mode(true);
+    let (_, report) = clean(scope(options, || run(Some(700))));
+    assert!(
+        report.held_by(HeldBy::AutogradGraph) >= block(4 * 8 * 4),
+        "{report}"
+    );
 }
 
 #[test]

@@ -74,10 +74,10 @@ uint64_t gs_graph_nodes(void) GS_NOEXCEPT;
 uint64_t gs_thread_id(void) GS_NOEXCEPT;
 // The thread that made a tensor's grad_fn and its sequence number there (UINT64_MAX: none).
 int gs_tensor_graph(const void* tensor, uint64_t* thread, uint64_t* node) GS_NOEXCEPT;
-// The storages a tensor owns, whatever its layout (dense, sparse, MKLDNN), and its gradient's;
-// at most `cap` in `out`, their number in *n.
-int gs_tensor_storages(const void* tensor, gs_storage* out, size_t cap, size_t* n,
-                       int* flags) GS_NOEXCEPT;
+// The storages that tensors[0..count] own, whatever their layout (dense, sparse, MKLDNN), and
+// their gradients'; at most `cap` in `out`, their number in *n; flags[i] for tensors[i].
+int gs_tensor_storages(const void* const* tensors, size_t count, gs_storage* out, size_t cap,
+                       size_t* n, int* flags) GS_NOEXCEPT;
 // A weak reference to the tensor's TensorImpl in *weak when another tensor shares it (a
 // shallow clone the caller kept), else null; gs_tensor_weak_lock gives the tensor back while
 // someone still holds it (a new at::Tensor in *tensor, for tch to own), else null.

@@ -41,7 +41,8 @@ extern "C" {
     fn gs_thread_id() -> u64;
     fn gs_tensor_graph(tensor: *const c_void, thread: *mut u64, node: *mut u64) -> c_int;
     pub(crate) fn gs_tensor_storages(
-        tensor: *const c_void,
+        tensors: *const *const c_void,
+        count: usize,
         out: *mut Storage,
         cap: usize,
         n: *mut usize,

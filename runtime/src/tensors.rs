@@ -134,36 +134,65 @@ impl StorageSet {
 
     /// [`add_tensor`](Self::add_tensor), returning one of the storages it found.
     fn add_tensor_key(&mut self, t: &tch::Tensor) -> Option<Key> {
-        let mut found = [ffi::Storage {
+        self.add_run::<1, 8>(std::slice::from_ref(t))
+    }
+
+    /// [`add_tensor`](Self::add_tensor) for each tensor of a run, which the shim reads ahead.
+    /// (A short run has its buffers sized to match: they are filled before each call.)
+    pub(crate) fn add_tensors(&mut self, ts: &[tch::Tensor]) {
+        if ts.len() <= 8 {
+            self.add_run::<8, 16>(ts);
+            return;
+        }
+        for run in ts.chunks(256) {
+            self.add_run::<256, 512>(run);
+        }
+    }
+
+    /// Adds the storages of up to `N` tensors, found in one call to the shim (`S` of them on the
+    /// stack, more on the heap), and returns one of them.
+    fn add_run<const N: usize, const S: usize>(&mut self, ts: &[tch::Tensor]) -> Option<Key> {
+        let mut tensors = [std::ptr::null(); N];
+        tensors
+            .iter_mut()
+            .zip(ts)
+            .for_each(|(p, t)| *p = t.as_ptr().cast());
+        let none = ffi::Storage {
             ptr: std::ptr::null(),
             dev_type: 0,
             dev_index: 0,
-        }; 8];
-        let (mut n, mut flags) = (0usize, 0);
-        // SAFETY: `as_ptr` points at the live `at::Tensor` that `t` owns; the shim only reads
-        // it and writes at most `found.len()` storages.
-        let status = unsafe {
-            ffi::gs_tensor_storages(
-                t.as_ptr().cast(),
-                found.as_mut_ptr(),
-                found.len(),
-                &mut n,
-                &mut flags,
-            )
         };
-        if ffi::check(status).is_err() {
-            return None;
-        }
-        let mut more = Vec::new();
-        if n > found.len() {
-            more.resize(n, found[0]);
-            // SAFETY: as above, with room for all `n`.
+        let (mut found, mut more) = ([none; S], Vec::new());
+        let (mut n, mut flags) = (0usize, [0; N]);
+        let mut call = |out: &mut [ffi::Storage], n: &mut usize| {
+            // SAFETY: each of the first `ts.len()` (at most `N`) pointers points at the live
+            // `at::Tensor` that a tensor of `ts` owns; the shim only reads them, writes at most
+            // `out.len()` storages and one flag per tensor.
             let status = unsafe {
-                ffi::gs_tensor_storages(t.as_ptr().cast(), more.as_mut_ptr(), n, &mut n, &mut flags)
+                ffi::gs_tensor_storages(
+                    tensors.as_ptr(),
+                    ts.len(),
+                    out.as_mut_ptr(),
+                    out.len(),
+                    n,
+                    flags.as_mut_ptr(),
+                )
             };
-            if ffi::check(status).is_err() {
-                return None;
-            }
+            ffi::check(status).is_ok()
+        };
+        let mut ok = call(&mut found, &mut n);
+        if ok && n > found.len() {
+            more.resize(n, none);
+            ok = call(&mut more, &mut n);
+        }
+        if !ok {
+            // One tensor the shim could not read: the others are still added.
+            return match ts.len() {
+                1 => None,
+                _ => ts
+                    .iter()
+                    .fold(None, |key, t| self.add_tensor_key(t).or(key)),
+            };
         }
         let storages = if more.is_empty() {
             &found[..n]
@@ -172,7 +201,11 @@ impl StorageSet {
         };
         let key = |s: &ffi::Storage| (s.ptr as usize, DeviceId::from_raw(s.dev_type, s.dev_index));
         storages.iter().for_each(|s| self.keys.insert(key(s)));
-        if flags & ffi::TENSOR_HAS_GRAPH != 0 {
+        for (t, _) in ts
+            .iter()
+            .zip(flags)
+            .filter(|(_, f)| f & ffi::TENSOR_HAS_GRAPH != 0)
+        {
             self.autograd_graph = true;
             // Unread, it counts as made last.
             let (thread, node) = ffi::tensor_graph(t).unwrap_or((0, u64::MAX));
@@ -305,11 +338,25 @@ impl StorageSet {
 pub trait Tensors {
     /// Adds the storages this value owns to `set`.
     fn visit(&self, set: &mut StorageSet);
+
+    /// Adds the storages of each value of `items` to `set`: what a slice, an array, a `Vec` or
+    /// a `VecDeque` of them visits. The default visits each in turn; a run of `tch::Tensor`s is
+    /// read ahead, which a scope that hands back thousands of tensors gains from.
+    fn visit_slice(items: &[Self], set: &mut StorageSet)
+    where
+        Self: Sized,
+    {
+        items.iter().for_each(|v| v.visit(set))
+    }
 }
 
 impl Tensors for tch::Tensor {
     fn visit(&self, set: &mut StorageSet) {
         set.add_tensor(self);
+    }
+
+    fn visit_slice(items: &[Self], set: &mut StorageSet) {
+        set.add_tensors(items);
     }
 }
 
@@ -551,14 +598,27 @@ macro_rules! iter {
         })*
     };
 }
-iter!(
-    [T],
-    Vec<T>,
-    VecDeque<T>,
-    LinkedList<T>,
-    BinaryHeap<T>,
-    Option<T>
-);
+iter!(LinkedList<T>, BinaryHeap<T>, Option<T>);
+
+impl<T: Tensors> Tensors for [T] {
+    fn visit(&self, set: &mut StorageSet) {
+        T::visit_slice(self, set)
+    }
+}
+
+impl<T: Tensors> Tensors for Vec<T> {
+    fn visit(&self, set: &mut StorageSet) {
+        T::visit_slice(self, set)
+    }
+}
+
+impl<T: Tensors> Tensors for VecDeque<T> {
+    fn visit(&self, set: &mut StorageSet) {
+        let (front, back) = self.as_slices();
+        T::visit_slice(front, set);
+        T::visit_slice(back, set);
+    }
+}
 
 /// A cell or lock can be filled through a shared borrow: its contents may be the scope's own
 /// even when the cell was made before it.
