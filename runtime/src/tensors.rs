@@ -138,7 +138,7 @@ impl StorageSet {
     }
 
     /// [`add_tensor`](Self::add_tensor) for each tensor of a run, which the shim reads ahead.
-    /// (A short run has its buffers sized to match: they are filled before each call.)
+    /// (A short run gets small buffers: they are filled in at every call.)
     pub(crate) fn add_tensors(&mut self, ts: &[tch::Tensor]) {
         if ts.len() <= 8 {
             self.add_run::<8, 16>(ts);
@@ -152,6 +152,7 @@ impl StorageSet {
     /// Adds the storages of up to `N` tensors, found in one call to the shim (`S` of them on the
     /// stack, more on the heap), and returns one of them.
     fn add_run<const N: usize, const S: usize>(&mut self, ts: &[tch::Tensor]) -> Option<Key> {
+        let ts = &ts[..ts.len().min(N)];
         let mut tensors = [std::ptr::null(); N];
         tensors
             .iter_mut()
