@@ -513,7 +513,7 @@ int gs_tensor_storages(const void* const* tensors, size_t count, gs_storage* out
       // loading a few tensors ahead, once the step before it has had time to arrive. (Written
       // here, not in a function: GCC drops a call to one that only prefetches.)
       if (i + 32 < count) __builtin_prefetch(tensors[i + 32]);
-      // The lines of the fields read below (offsets in libtorch 2.11: the vtable, storage and
+      // The lines of the fields read below (offsets in libtorch 2.13: the vtable, storage and
       // autograd pointers; the layout and key set bits; the storage's data pointer and flags).
       // Another layout costs only the misses.
       if (i + 16 < count) {
