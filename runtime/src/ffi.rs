@@ -6,6 +6,9 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 
 pub(crate) type Deleter = Option<unsafe extern "C" fn(*mut c_void)>;
 
+/// What a tracked CPU block whose libtorch deleter was null is freed with: nothing.
+pub(crate) unsafe extern "C" fn no_deleter(_: *mut c_void) {}
+
 /// A storage a tensor owns, as the shim reports it.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]

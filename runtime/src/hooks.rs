@@ -124,9 +124,9 @@ pub unsafe extern "C" fn gs_rust_on_alloc(
             about: about(intern(op)),
             cpu: device.is_cpu().then_some(CpuOrigin {
                 ctx: orig_ctx as usize,
-                deleter: orig_deleter,
-                counter: 0,
+                deleter: orig_deleter.unwrap_or(ffi::no_deleter),
             }),
+            counter: 0,
         };
         if ledger::record_alloc(chain, (ptr as usize, device), entry) && device.is_cpu() {
             // SAFETY: see the function's contract.
@@ -161,7 +161,7 @@ pub unsafe extern "C" fn gs_rust_on_cpu_free(
             *found = c_int::from(origin.is_some());
             if let Some(origin) = origin {
                 *orig_ctx = origin.ctx as *mut c_void;
-                *orig_deleter = origin.deleter;
+                *orig_deleter = Some(origin.deleter);
             }
         }
         0

@@ -20,6 +20,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use smallvec::SmallVec;
 use std::cell::{Cell, RefCell};
 use std::collections::hash_map;
+use std::num::NonZeroU64;
 use std::panic::Location;
 use std::sync::atomic::{AtomicI32, AtomicIsize, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -35,9 +36,9 @@ pub(crate) type Chain = Arc<[Arc<Frame>]>;
 pub(crate) struct CpuOrigin {
     /// The original context pointer, as a number (it is only handed back to the shim).
     pub ctx: usize,
-    pub deleter: crate::ffi::Deleter,
-    /// The slot of `CPU_BYTES` its bytes are counted in (its allocating thread's).
-    pub counter: u8,
+    /// Never null: a block libtorch frees with no deleter gets [`crate::ffi::no_deleter`]
+    /// (the pointer's niche keeps `Option<CpuOrigin>`, and so the entry, small).
+    pub deleter: unsafe extern "C" fn(*mut std::ffi::c_void),
 }
 
 /// What libtorch was doing when an allocation was made.
@@ -55,13 +56,14 @@ pub(crate) struct Entry {
     /// Every frame its bytes are charged to; `None` once no scope tracks it (it escaped, or
     /// was kept for good) while the shim still needs `cpu` to free it.
     pub chain: Option<Chain>,
-    /// Which frame of `chain` owns it (judges it at close). A `u16` keeps the entry at 96
-    /// bytes; `thread::push` refuses chains longer than [`MAX_DEPTH`].
+    /// Which frame of `chain` owns it (judges it at close). A `u16` keeps the entry at 80
+    /// bytes (96 with its key: a map's bucket); `thread::push` refuses chains longer than
+    /// [`MAX_DEPTH`].
     pub owner: u16,
     /// Where its key is in its owner's list (`Owned`).
     pub slot: u32,
-    /// The frame (by id) that `keep` let it outlive.
-    pub kept_past: Option<u64>,
+    /// The frame (by id, never 0) that `keep` let it outlive.
+    pub kept_past: Option<NonZeroU64>,
     pub bytes: u64,
     /// What the tensor asked for, when the allocator said (0: unknown).
     pub requested: u64,
@@ -70,7 +72,14 @@ pub(crate) struct Entry {
     /// and moves cheaply in and out of the ledger's maps).
     pub about: Option<Box<About>>,
     pub cpu: Option<CpuOrigin>,
+    /// For a CPU block, the slot of `CPU_BYTES` its bytes are counted in (its allocating
+    /// thread's).
+    pub counter: u8,
 }
+
+// A map's bucket (key and entry) in one and a half cache lines: a large frame's close walks them.
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(std::mem::size_of::<(Key, Entry)>() == 96);
 
 /// Where an allocation came from, when attribution or backtraces are on.
 #[derive(Clone, Debug, Default)]
@@ -478,9 +487,9 @@ impl Frame {
             if let Some(entry) = shard(key).get_mut(&key) {
                 let further_out = entry
                     .kept_past
-                    .is_some_and(|id| outside.iter().any(|f| f.id == id));
+                    .is_some_and(|id| outside.iter().any(|f| f.id == id.get()));
                 if entry.frame().is_some_and(owned) && !further_out {
-                    entry.kept_past = Some(self.id);
+                    entry.kept_past = NonZeroU64::new(self.id);
                 }
             }
         }
@@ -535,7 +544,8 @@ thread_local! {
     static SPARE_FRAMES: RefCell<Vec<Arc<Frame>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// A process-unique frame id without a shared counter: the thread's number and its own count.
+/// A process-unique frame id without a shared counter: the thread's number and its own count
+/// (from 1: never 0).
 fn next_frame_id() -> u64 {
     THREAD_IDS.with(|(thread, next)| {
         next.set(next.get() + 1);
@@ -716,9 +726,9 @@ pub(crate) fn record_alloc(chain: Chain, key: Key, mut entry: Entry) -> bool {
     };
     entry.chain = Some(chain);
     entry.owner = index(owner);
-    if let Some(cpu) = &mut entry.cpu {
-        cpu.counter = thread_slot() as u8;
-        let counter = &CPU_BYTES[cpu.counter as usize].0;
+    if entry.cpu.is_some() {
+        entry.counter = thread_slot() as u8;
+        let counter = &CPU_BYTES[entry.counter as usize].0;
         let live = counter.live.fetch_add(bytes, Ordering::Relaxed) + bytes;
         if live > counter.peak.load(Ordering::Relaxed) {
             counter.peak.fetch_max(live, Ordering::Relaxed);
@@ -820,8 +830,8 @@ fn discharge(key: Key, entry: &Entry, freed: bool, except: Option<&Arc<Frame>>) 
 /// An entry is gone: freed, or (`freed` false) no longer tracked.
 #[inline]
 fn release(key: Key, entry: Entry, freed: bool) {
-    if let (true, Some(cpu)) = (freed, &entry.cpu) {
-        let counter = &CPU_BYTES[cpu.counter as usize].0;
+    if freed && entry.cpu.is_some() {
+        let counter = &CPU_BYTES[entry.counter as usize].0;
         counter.live.fetch_sub(entry.bytes, Ordering::Relaxed);
     }
     discharge(key, &entry, freed, None);
@@ -882,6 +892,7 @@ fn untrack_in_place(key: Key, entry: &mut Entry) -> (Entry, bool) {
         made: entry.made,
         about: entry.about.take(),
         cpu: None,
+        counter: entry.counter,
     };
     (known, gone)
 }
@@ -1093,6 +1104,7 @@ impl Closing<'_> {
     #[inline(always)]
     fn settle(&mut self, key: Key, entry: &mut Entry) -> bool {
         let marked = entry.kept_past.is_some_and(|id| {
+            let id = id.get();
             id == self.frame.id || self.inside.is_some_and(|c| c.iter().any(|f| f.id == id))
         });
         let bytes = entry.bytes;

@@ -14,6 +14,7 @@ fn entry(bytes: u64) -> Entry {
         made: Made::default(),
         about: None,
         cpu: None,
+        counter: 0,
     }
 }
 
@@ -135,8 +136,7 @@ fn an_escaped_cpu_block_keeps_its_original_deleter() {
     let mut e = entry(16);
     e.cpu = Some(CpuOrigin {
         ctx: 42,
-        deleter: None,
-        counter: 0,
+        deleter: crate::ffi::no_deleter,
     });
     assert!(record_alloc(chain(&[&frame]), cpu_key, e));
     let closed = close(&frame, None, &Escapes);
