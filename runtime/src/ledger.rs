@@ -1206,9 +1206,22 @@ fn position(entry: &Entry, frame: &Arc<Frame>) -> u16 {
     index(at)
 }
 
-/// Whether `entry` is charged to every frame of `chain`.
+/// Whether `entry` is charged to every frame of `chain`. Usually `chain` is what follows its
+/// owner in its own chain (it was made in the scope closing inside `chain`), found in one
+/// pass; otherwise each frame is looked for, by address in a set past a few (so that closing
+/// deep nesting stays linear in its depth per live block).
 fn charged_to(entry: &Entry, chain: &Chain) -> bool {
-    chain.iter().all(|f| entry.charged_to_frame(f))
+    let charged = entry.chain.as_deref().unwrap_or(&[]);
+    let after_owner = charged.get(entry.owner as usize + 1..).unwrap_or(&[]);
+    let same = |(a, b): (&Arc<Frame>, &Arc<Frame>)| Arc::ptr_eq(a, b);
+    if after_owner.len() >= chain.len() && after_owner.iter().zip(chain.iter()).all(same) {
+        return true;
+    }
+    if chain.len() <= 8 {
+        return chain.iter().all(|f| entry.charged_to_frame(f));
+    }
+    let frames: FxHashSet<*const Frame> = charged.iter().map(Arc::as_ptr).collect();
+    chain.iter().all(|f| frames.contains(&Arc::as_ptr(f)))
 }
 
 /// Gives `entry` to the innermost frame of `chain`. Frames of `chain` it was not charged to
