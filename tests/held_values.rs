@@ -298,3 +298,72 @@ fn a_mutex_held_elsewhere_is_named_even_when_nothing_is_left_to_judge() {
         "{report}"
     );
 }
+
+/// A value given to `keep`, `Scope::keep` or `keep_forever` that cannot be looked into (a
+/// lock held elsewhere, a Sequential kept alone) is named as not inspected, and memory nothing
+/// else keeps is `not inspected`, as when such a value is handed back: never called escaped.
+#[test]
+fn a_value_given_to_keep_that_cannot_be_looked_into_is_not_called_escaped() {
+    let cache: Arc<Mutex<Vec<Tensor>>> = Arc::default();
+    // Another thread holds the lock past the wait.
+    let holder = cache.clone();
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let hold = |holder: Arc<Mutex<Vec<Tensor>>>, locked_tx: std::sync::mpsc::Sender<()>| {
+        std::thread::spawn(move || {
+            let _guard = holder.lock().unwrap();
+            locked_tx.send(()).unwrap();
+            release_rx.recv().unwrap();
+        })
+    };
+    let (_, report) = scope(strict("keep-locked"), || {
+        cache.lock().unwrap().push(floats(3));
+        let other = hold(holder, locked_tx);
+        locked_rx.recv().unwrap();
+        gpu_scope::keep(&*cache);
+        release_tx.send(()).unwrap();
+        other.join().unwrap();
+    })
+    .unwrap();
+    assert!(report.escaped.is_empty(), "{report}");
+    assert_eq!(report.held_by(HeldBy::Uninspected), block(12), "{report}");
+    assert_eq!(report.uninspected_kept.len(), 1, "{report}");
+    assert!(report.uninspected_kept[0].contains("Mutex"), "{report}");
+    cache.lock().unwrap().clear();
+
+    // `Scope::keep` on a lock the thread itself holds.
+    let outer = gpu_scope::Scope::enter(strict("scope-keep-locked")).unwrap();
+    let mut guard = cache.lock().unwrap();
+    guard.push(floats(5));
+    outer.keep(&*cache);
+    let report = outer.exit(&()).unwrap();
+    drop(guard);
+    assert!(report.escaped.is_empty(), "{report}");
+    assert_eq!(report.held_by(HeldBy::Uninspected), block(20), "{report}");
+    assert!(report.uninspected_kept[0].contains("Mutex"), "{report}");
+
+    // `keep_forever` on a locked value: what it holds cannot be taken out of tracking, and is
+    // not called escaped either.
+    let (_, report) = scope(strict("forever-locked"), || {
+        let mut held = cache.lock().unwrap();
+        held.push(floats(7));
+        keep_forever(&*cache);
+    })
+    .unwrap();
+    assert!(report.escaped.is_empty(), "{report}");
+    assert_eq!(report.held_by(HeldBy::Uninspected), block(28), "{report}");
+    assert!(report.uninspected_kept[0].contains("Mutex"), "{report}");
+    cache.lock().unwrap().clear();
+
+    // A Sequential kept alone (tch keeps its tensors private).
+    let (seq, report) = scope(strict("keep-seq"), || {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let seq = nn::seq().add(nn::linear(vs.root(), 8, 2, Default::default()));
+        gpu_scope::keep(&seq);
+        seq
+    })
+    .unwrap();
+    assert!(report.escaped.is_empty(), "{report}");
+    assert_eq!(report.held_by(HeldBy::Uninspected), 4 * (8 * 2 + 2));
+    drop(seq);
+}

@@ -301,6 +301,10 @@ pub(crate) struct FrameState {
     pub gradients: FxHashSet<(DeviceId, u64)>,
     /// Blocks charged to it that `keep_forever` took out of tracking while it was open.
     forever: Vec<(DeviceId, u64)>,
+    /// Values given to `keep` or `keep_forever` while it was open that could not be looked
+    /// into: its check counts what nothing kept as not inspected, as for such a value handed
+    /// back.
+    blind_kept: Vec<&'static str>,
     /// The frames it was opened in, kept when its level was taken off the thread's stack by
     /// the scope below it (an async scope suspended with this one still open in it): where
     /// its live allocations go when it ends off the stack.
@@ -377,6 +381,7 @@ impl Frame {
         state.stats.devices.clear();
         state.saw_backward = false;
         state.gradients.clear();
+        state.blind_kept.clear();
         state.parked_in = None;
         state.closed_into = None;
         *inner.flags.get_mut() = 0;
@@ -490,6 +495,23 @@ impl Frame {
                     .is_some_and(|id| outside.iter().any(|f| f.id == id.get()));
                 if entry.frame().is_some_and(owned) && !further_out {
                     entry.kept_past = NonZeroU64::new(self.id);
+                }
+            }
+        }
+        self.note_blind(kept);
+        inside.iter().for_each(|f| f.note_blind(kept));
+    }
+
+    /// Remembers the values of `kept` (given to `keep` or `keep_forever`) that could not be
+    /// looked into; see `FrameState::blind_kept`.
+    pub(crate) fn note_blind(&self, kept: &StorageSet) {
+        let charged = |key| with_entry(key, |e| e.charged_to_frame(self)).unwrap_or(false);
+        let names = kept.blind_to(charged);
+        if !names.is_empty() {
+            let mut state = self.lock();
+            for name in names {
+                if !state.blind_kept.contains(&name) {
+                    state.blind_kept.push(name);
                 }
             }
         }
@@ -959,15 +981,19 @@ pub(crate) struct Closed {
 /// were made during a backward pass or on an accelerator. Otherwise none. Also the sizes of
 /// the gradients freed after their backward pass and of a kept optimizer's variables
 /// (`FrameState::gradients`).
-pub(crate) fn entries_to_inspect(frame: &Frame) -> (Vec<Key>, FxHashSet<(DeviceId, u64)>) {
+pub(crate) fn entries_to_inspect(frame: &Frame) -> ToInspect {
     let state = frame.lock();
     let accelerator = state.stats.devices.iter().any(|(d, _)| !d.is_cpu());
     let keys = match state.saw_backward || accelerator {
         true => state.keys.iter().map(|(_, key)| key).collect(),
         false => Vec::new(),
     };
-    (keys, state.gradients.clone())
+    (keys, state.gradients.clone(), state.blind_kept.clone())
 }
+
+/// What [`entries_to_inspect`] finds: the keys, the gradients' sizes, the kept values not
+/// looked into.
+pub(crate) type ToInspect = (Vec<Key>, FxHashSet<(DeviceId, u64)>, Vec<&'static str>);
 
 /// Reads one entry.
 pub(crate) fn with_entry<R>(key: Key, f: impl FnOnce(&Entry) -> R) -> Option<R> {

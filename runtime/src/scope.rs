@@ -30,7 +30,9 @@ impl Scope {
     /// enclosing one), those made in a scope opened inside this one on this thread and still
     /// open included (they may outlive that scope too; not those an async scope or carried
     /// work owns). The state a kept optimizer's step makes in this scope is held on purpose,
-    /// as for an optimizer handed back (see the README's Training steps).
+    /// as for an optimizer handed back (see the README's Training steps). A value that cannot
+    /// be looked into (a lock held elsewhere) is named in the report as not inspected, and
+    /// memory nothing keeps is then `not inspected`, not escaped, as for one handed back.
     pub fn keep<T: Tensors + ?Sized>(&self, value: &T) {
         self.open.mark(&storages(value));
     }
@@ -78,7 +80,8 @@ pub fn scope<R: Tensors>(
 /// enclosing scope, which checks it in turn. What it keeps are the storages `value` has at the
 /// call (a tensor resized or a container grown afterwards has storages it does not cover: keep
 /// it after the last change, or hand it back); the state a kept optimizer's step makes in
-/// the scope is held on purpose. Outside scopes it does nothing. See
+/// the scope is held on purpose. A value that cannot be looked into is reported as not
+/// inspected, as by [`Scope::keep`]. Outside scopes it does nothing. See
 /// [`keep_forever`] for memory that should leave every scope.
 pub fn keep<T: Tensors + ?Sized>(value: &T) {
     if let Some(chain) = thread::chain() {
@@ -90,7 +93,15 @@ pub fn keep<T: Tensors + ?Sized>(value: &T) {
 /// one will check them (a library's deliberate cache; TensorFlow.js's `tf.keep`). The reports
 /// of the scopes open around the call show their bytes as held, `kept forever`
 /// ([`HeldBy::KeptForever`](crate::HeldBy::KeptForever)). Memory allocated after this call is
-/// tracked as usual.
+/// tracked as usual. What a value that cannot be looked into (a lock held elsewhere) holds
+/// stays tracked: the scopes open here name the value as not inspected and do not call what
+/// nothing keeps escaped.
 pub fn keep_forever<T: Tensors + ?Sized>(value: &T) {
-    ledger::untrack(storages(value).keys.iter().copied());
+    let kept = storages(value);
+    // What could not be looked into stays tracked: the scopes open here do not call it
+    // escaped.
+    for frame in thread::chain().iter().flat_map(|c| c.iter()) {
+        frame.note_blind(&kept);
+    }
+    ledger::untrack(kept.keys.iter().copied());
 }
