@@ -350,3 +350,37 @@ fn a_large_frame_closing_while_its_blocks_are_freed_elsewhere() {
     assert!(closed.stats.total.freed + 8 * escaped.len() as u64 <= 8 * n as u64);
     assert_left_tracking(base, n);
 }
+
+/// `charged_to` answers the same whether the chain follows the entry's owner (one pass), is
+/// short, or is long and in another order (a set).
+#[test]
+fn charged_to_finds_every_frame_of_a_chain_in_any_order() {
+    let frames: Vec<Arc<Frame>> = (0..12).map(|_| Frame::open()).collect();
+    let all: Vec<&Arc<Frame>> = frames.iter().collect();
+    let mut e = entry(8);
+    e.chain = Some(chain(&all));
+    e.owner = 1;
+    let of = |range: std::ops::Range<usize>, reversed: bool| -> Chain {
+        let mut picked: Vec<&Arc<Frame>> = frames[range].iter().collect();
+        if reversed {
+            picked.reverse();
+        }
+        chain(&picked)
+    };
+    assert!(charged_to(&e, &of(2..12, false)), "what follows the owner");
+    assert!(charged_to(&e, &of(2..6, false)), "a part of it");
+    assert!(charged_to(&e, &of(0..5, true)), "short, another order");
+    assert!(charged_to(&e, &of(0..12, true)), "long, another order");
+    let stranger = Frame::open();
+    for long in [false, true] {
+        let mut with: Vec<&Arc<Frame>> = frames[..if long { 11 } else { 3 }].iter().collect();
+        with.insert(1, &stranger);
+        assert!(
+            !charged_to(&e, &chain(&with)),
+            "a frame it is not charged to"
+        );
+    }
+    for f in frames.iter().chain([&stranger]) {
+        close(f, None, &KeepAll);
+    }
+}
