@@ -300,11 +300,15 @@ fn budgeted_wide(limit: u128) -> Result<(), Error> {
 fn budget_from_an_expression() {
     assert!(budgeted_at_run_time(40).is_ok());
     assert!(budgeted_at_run_time(39).is_err());
-    // A negative budget cannot be met: every allocation goes over it.
-    assert!(matches!(
-        budgeted_at_run_time(-1),
-        Err(Error::OverBudget(_))
-    ));
+    // A negative budget is refused on entry, with what to do (the body does not run scoped).
+    let err = budgeted_at_run_time(-1).unwrap_err();
+    assert!(
+        matches!(err, Error::NegativeBudget { bytes: -1, .. }),
+        "{err}"
+    );
+    let message = err.to_string();
+    assert!(message.contains("budgeted_at_run_time"), "{message}");
+    assert!(message.contains("0 bytes or more"), "{message}");
     // One too large for `u64` is no limit.
     assert!(budgeted_wide(u128::MAX).is_ok());
     assert_eq!(last_report().unwrap().max_peak, None);

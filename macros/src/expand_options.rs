@@ -44,16 +44,22 @@ pub(crate) fn scope_options(
         out.extend(quote_spanned!(span=> .release(#private::ReleasePolicy::#release)));
     }
     if let Some(max_peak) = &options.max_peak {
-        let bytes = match &max_peak.value {
-            Bytes::Size(bytes) => quote_spanned!(span=> #bytes),
+        let call = match &max_peak.value {
+            Bytes::Size(bytes) => quote_spanned!(span=> .max_peak(#bytes)),
             // Typed `u64` by the call, so that `8 * 1024 * 1024 * 1024` does not overflow `i32`.
-            Bytes::Expr(expr) if literal_arithmetic(expr) => quote!(#expr),
-            // Any integer type (and nothing else: `true` is no budget), evaluated once.
-            Bytes::Expr(expr) => quote_spanned! {local::at(expr.span())=>
-                #private::Budget::bytes(#expr)
-            },
+            Bytes::Expr(expr) if literal_arithmetic(expr) => {
+                quote_spanned!(span=> .max_peak(#expr))
+            }
+            // Any integer type (and nothing else: `true` is no budget), evaluated once; a
+            // negative one is refused on entry.
+            Bytes::Expr(expr) => {
+                let bytes = quote_spanned! {local::at(expr.span())=>
+                    #private::Budget::bytes(#expr)
+                };
+                quote_spanned!(span=> .max_peak_budget(#bytes))
+            }
         };
-        out.extend(quote_spanned!(span=> .max_peak(#bytes)));
+        out.extend(call);
     }
     if options.keep_grad.as_ref().is_some_and(|k| k.value) {
         out.extend(quote_spanned!(span=> .keep_grad_mode(true)));

@@ -115,25 +115,26 @@ impl<T: ?Sized> ViaOpaque for &Root<'_, T> {
     }
 }
 
-/// What `max_peak = <expr>` takes: an integer number of bytes, of any integer type. A value
-/// that `u64` cannot hold is, negative, a budget of zero bytes (which the scope's first
-/// allocation goes over), and too large, no limit.
+/// What `max_peak = <expr>` takes: an integer number of bytes, of any integer type. One too
+/// large for `u64` is no limit; a negative one is `Err`, which the scope refuses on entry
+/// ([`Error::NegativeBudget`](crate::Error::NegativeBudget)).
 #[diagnostic::on_unimplemented(
     message = "`max_peak` takes an integer number of bytes or a size string (\"1.5 GiB\"), \
                not `{Self}`",
     label = "not an integer"
 )]
 pub trait Budget {
-    fn bytes(self) -> u64;
+    fn bytes(self) -> Result<u64, i128>;
 }
 
 macro_rules! budget {
     ($($t:ty),*) => {
         $(impl Budget for $t {
-            fn bytes(self) -> u64 {
+            fn bytes(self) -> Result<u64, i128> {
                 match i128::try_from(self) {
-                    Ok(bytes) => bytes.clamp(0, i128::from(u64::MAX)) as u64,
-                    Err(_) => u64::MAX,
+                    Ok(bytes) if bytes < 0 => Err(bytes),
+                    Ok(bytes) => Ok(bytes.min(i128::from(u64::MAX)) as u64),
+                    Err(_) => Ok(u64::MAX),
                 }
             }
         })*

@@ -25,6 +25,13 @@ pub enum Error {
         /// The scope's name.
         scope: std::borrow::Cow<'static, str>,
     },
+    /// The scope's `max_peak`, computed at run time, is negative; the scope was not opened.
+    NegativeBudget {
+        /// The scope's name.
+        scope: std::borrow::Cow<'static, str>,
+        /// The budget it was given.
+        bytes: i128,
+    },
     /// More scopes would be nested on one thread than gpu-scope tracks (counting those carried
     /// in with handles); the scope was not opened.
     TooDeep {
@@ -77,6 +84,11 @@ impl fmt::Display for Error {
                 "gpu-scope: scope `{scope}` was exited after a scope enclosing it had ended; \
                  the enclosing scope ended it unchecked and took over its allocations. Exit \
                  scopes innermost first"
+            ),
+            Error::NegativeBudget { scope, bytes } => write!(
+                f,
+                "gpu-scope: scope `{scope}` was given `max_peak` = {bytes} bytes, which no peak \
+                 can meet; give a budget of 0 bytes or more (or no `max_peak` for no limit)"
             ),
             Error::TooDeep { limit } => write!(
                 f,

@@ -56,6 +56,10 @@ pub(crate) struct OpenScope {
 impl OpenScope {
     /// Opens a scope on this thread, inside the innermost scope open here.
     pub(crate) fn enter(opts: ScopeOptions) -> Result<OpenScope, Error> {
+        if let Some(bytes) = opts.negative_budget {
+            let scope = opts.name.clone();
+            return Err(Error::NegativeBudget { scope, bytes });
+        }
         if let Some(device) = opts.device {
             check_device(device)?;
         }

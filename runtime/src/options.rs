@@ -62,6 +62,8 @@ pub struct ScopeOptions {
     pub(crate) on_escape: Option<EscapePolicy>,
     pub(crate) release: ReleasePolicy,
     pub(crate) max_peak: Option<u64>,
+    /// A negative `max_peak` given at run time, refused on entry.
+    pub(crate) negative_budget: Option<i128>,
     pub(crate) keep_grad_mode: bool,
     pub(crate) device: Option<tch::Device>,
     pub(crate) can_unwind: bool,
@@ -80,6 +82,7 @@ impl ScopeOptions {
             on_escape: None,
             release: ReleasePolicy::Outermost,
             max_peak: None,
+            negative_budget: None,
             keep_grad_mode: false,
             device: None,
             can_unwind: true,
@@ -110,6 +113,19 @@ impl ScopeOptions {
     pub fn max_peak(mut self, bytes: u64) -> Self {
         self.max_peak = (bytes != u64::MAX).then_some(bytes);
         self
+    }
+
+    /// `max_peak = <expr>` of the macros: [`max_peak`](Self::max_peak), or a negative budget
+    /// that entering the scope refuses.
+    #[doc(hidden)]
+    pub fn max_peak_budget(mut self, bytes: Result<u64, i128>) -> Self {
+        match bytes {
+            Ok(bytes) => self.max_peak(bytes),
+            Err(negative) => {
+                self.negative_budget = Some(negative);
+                self
+            }
+        }
     }
 
     /// Keeps the caller's autograd mode instead of turning gradients off inside the scope.
