@@ -77,6 +77,25 @@ fn question_mark_and_user_error_type() {
     }
 }
 
+/// Under `error`, a body that fails and leaks on the way out returns the escape's error in
+/// place of its own (the README's promise): the leak on the error path is not lost.
+#[gpu_scope(on_escape = error)]
+fn fails_and_leaks() -> Result<Tensor, AppError> {
+    LEAKED_ON_ERROR.lock().unwrap().push(floats(5));
+    Err(AppError::Parse)
+}
+
+#[test]
+fn an_escape_takes_the_place_of_the_bodys_error() {
+    match fails_and_leaks() {
+        Err(AppError::Scope(e)) => assert_eq!(e.report().unwrap().escaped_bytes, 20),
+        other => panic!("{other:?}"),
+    }
+    LEAKED_ON_ERROR.lock().unwrap().clear();
+}
+
+static LEAKED_ON_ERROR: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
+
 #[derive(Tensors, Default)]
 struct Decoder {
     cache: Vec<Tensor>,
