@@ -45,13 +45,15 @@ impl<'a> Check<'a> {
             }),
         };
         let mut candidates: Vec<(Key, u64)> = Vec::new();
-        let (keys, gradients, blind) = ledger::entries_to_inspect(frame);
-        check.gradients = gradients;
-        for name in blind {
-            if !check.uninspected.contains(&name) {
-                check.uninspected.push(name);
+        if frame.noted(ledger::BLIND_KEPT) {
+            for name in frame.blind_kept() {
+                if !check.uninspected.contains(&name) {
+                    check.uninspected.push(name);
+                }
             }
         }
+        let (keys, gradients) = ledger::entries_to_inspect(frame);
+        check.gradients = gradients;
         check.gradients.extend(kept.optimized.iter().copied());
         for key in keys {
             let Some((bytes, asked, made)) =

@@ -29,8 +29,8 @@ pub enum Error {
     NegativeBudget {
         /// The scope's name.
         scope: std::borrow::Cow<'static, str>,
-        /// The budget it was given.
-        bytes: i128,
+        /// The budget it was given (`i64::MIN` for any below it).
+        bytes: i64,
     },
     /// More scopes would be nested on one thread than gpu-scope tracks (counting those carried
     /// in with handles); the scope was not opened.

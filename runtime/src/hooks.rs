@@ -31,15 +31,21 @@ fn guarded(f: impl FnOnce() -> c_int) -> c_int {
 }
 
 /// An operator name or dtype from libtorch: the shim passes static strings, so they are
-/// interned once and remembered by address on each thread.
+/// interned once and remembered by address on each thread. None (the usual case: nothing
+/// attributed) is answered where it is asked.
+#[inline(always)]
 fn intern(name: *const c_char) -> Option<&'static str> {
+    match name.is_null() {
+        true => None,
+        false => intern_name(name),
+    }
+}
+
+fn intern_name(name: *const c_char) -> Option<&'static str> {
     thread_local! {
         static BY_ADDRESS: RefCell<FxHashMap<usize, &'static str>> = RefCell::default();
     }
     static NAMES: LazyLock<Mutex<HashSet<&'static str>>> = LazyLock::new(Default::default);
-    if name.is_null() {
-        return None;
-    }
     // SAFETY: the shim passes NUL-terminated strings that libtorch keeps for the process.
     let bytes = unsafe { CStr::from_ptr(name) }.to_bytes();
     BY_ADDRESS.with(|known| {

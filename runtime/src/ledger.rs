@@ -267,8 +267,9 @@ pub(crate) struct Frame {
     /// Where its scope was opened, for the report of an enclosing scope that ends it.
     location: Option<&'static Location<'static>>,
     state: Mutex<FrameState>,
-    /// What happened while it was on some thread's stack (`GRAPH`, `BLIND`, `PARKED`); a
-    /// closing frame passes the first two on to the enclosing one.
+    /// What happened while it was on some thread's stack, or was done to it (`GRAPH`,
+    /// `BLIND`, `PARKED`, `BLIND_KEPT`); a closing frame passes the first two on to the
+    /// enclosing one.
     flags: AtomicU8,
     /// The autograd mode of the thread it is placed on before its scope turned autograd off
     /// (`NO_GRAD`: untouched), given back by whoever ends it there.
@@ -284,6 +285,9 @@ pub(crate) const GRAPH: u8 = 1;
 pub(crate) const BLIND: u8 = 2;
 /// Scopes opened inside it left a thread's stack with it while still open (`park`).
 pub(crate) const PARKED: u8 = 4;
+/// A value given to `keep` or `keep_forever` while it was open could not be looked into
+/// (`FrameState::blind_kept`).
+pub(crate) const BLIND_KEPT: u8 = 8;
 
 #[derive(Debug, Default)]
 pub(crate) struct FrameState {
@@ -514,7 +518,14 @@ impl Frame {
                     state.blind_kept.push(name);
                 }
             }
+            self.note(BLIND_KEPT);
         }
+    }
+
+    /// The values `note_blind` remembered (noted `BLIND_KEPT`).
+    #[cold]
+    pub(crate) fn blind_kept(&self) -> Vec<&'static str> {
+        self.lock().blind_kept.clone()
     }
 }
 
@@ -981,19 +992,15 @@ pub(crate) struct Closed {
 /// were made during a backward pass or on an accelerator. Otherwise none. Also the sizes of
 /// the gradients freed after their backward pass and of a kept optimizer's variables
 /// (`FrameState::gradients`).
-pub(crate) fn entries_to_inspect(frame: &Frame) -> ToInspect {
+pub(crate) fn entries_to_inspect(frame: &Frame) -> (Vec<Key>, FxHashSet<(DeviceId, u64)>) {
     let state = frame.lock();
     let accelerator = state.stats.devices.iter().any(|(d, _)| !d.is_cpu());
     let keys = match state.saw_backward || accelerator {
         true => state.keys.iter().map(|(_, key)| key).collect(),
         false => Vec::new(),
     };
-    (keys, state.gradients.clone(), state.blind_kept.clone())
+    (keys, state.gradients.clone())
 }
-
-/// What [`entries_to_inspect`] finds: the keys, the gradients' sizes, the kept values not
-/// looked into.
-pub(crate) type ToInspect = (Vec<Key>, FxHashSet<(DeviceId, u64)>, Vec<&'static str>);
 
 /// Reads one entry.
 pub(crate) fn with_entry<R>(key: Key, f: impl FnOnce(&Entry) -> R) -> Option<R> {

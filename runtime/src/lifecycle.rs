@@ -58,6 +58,7 @@ impl OpenScope {
     pub(crate) fn enter(opts: ScopeOptions) -> Result<OpenScope, Error> {
         if let Some(bytes) = opts.negative_budget {
             let scope = opts.name.clone();
+            let bytes = bytes.get();
             return Err(Error::NegativeBudget { scope, bytes });
         }
         if let Some(device) = opts.device {

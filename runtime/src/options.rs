@@ -62,8 +62,9 @@ pub struct ScopeOptions {
     pub(crate) on_escape: Option<EscapePolicy>,
     pub(crate) release: ReleasePolicy,
     pub(crate) max_peak: Option<u64>,
-    /// A negative `max_peak` given at run time, refused on entry.
-    pub(crate) negative_budget: Option<i128>,
+    /// A negative `max_peak` given at run time (below `i64::MIN` as `i64::MIN`), refused on
+    /// entry.
+    pub(crate) negative_budget: Option<std::num::NonZeroI64>,
     pub(crate) keep_grad_mode: bool,
     pub(crate) device: Option<tch::Device>,
     pub(crate) can_unwind: bool,
@@ -122,7 +123,8 @@ impl ScopeOptions {
         match bytes {
             Ok(bytes) => self.max_peak(bytes),
             Err(negative) => {
-                self.negative_budget = Some(negative);
+                let negative = i64::try_from(negative).unwrap_or(i64::MIN);
+                self.negative_budget = std::num::NonZeroI64::new(negative);
                 self
             }
         }
