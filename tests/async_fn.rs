@@ -324,3 +324,48 @@ fn a_graph_made_before_a_suspension_holds_what_it_saved() {
     );
     drop(out);
 }
+
+#[gpu_scope(on_escape = ignore)]
+async fn leaks_then_waits() {
+    CANCELLED.lock().unwrap().push(floats(11));
+    tokio::task::yield_now().await;
+}
+
+/// A cancelled async scope ends where it was last polled, whichever thread drops it: the scope
+/// around that poll finds its leak, and a scope open where it is dropped is not charged.
+#[test]
+fn a_future_cancelled_on_another_thread_ends_where_it_was_polled() {
+    use std::future::Future;
+    common::device();
+    let _serial = common::serial();
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    for elsewhere_in_a_scope in [false, true] {
+        let outer = gpu_scope::Scope::enter(common::strict("polled-in")).unwrap();
+        let mut future = Box::pin(leaks_then_waits());
+        assert!(future.as_mut().poll(&mut cx).is_pending());
+        let dropped_in = std::thread::spawn(move || match elsewhere_in_a_scope {
+            false => {
+                drop(future);
+                None
+            }
+            true => Some(
+                gpu_scope::scope(common::strict("dropped-in"), move || drop(future))
+                    .unwrap()
+                    .1,
+            ),
+        })
+        .join()
+        .unwrap();
+        if let Some(report) = dropped_in {
+            assert!(report.is_clean(), "{report}");
+            assert_eq!(report.allocated, 0, "{report}");
+        }
+        let err = outer.exit(&()).unwrap_err();
+        let report = err.report().unwrap();
+        assert_eq!(report.escaped_bytes, block(44), "{report}");
+        assert_eq!(report.escaped.len(), 1, "{report}");
+        CANCELLED.lock().unwrap().clear();
+    }
+}
+
+static CANCELLED: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());

@@ -50,6 +50,10 @@ pub(crate) struct OpenScope {
     /// The thread it was entered on and that thread's count of autograd nodes then, kept when
     /// it is first taken off (a later placement's count is not its start).
     since: Option<(u64, u64)>,
+    /// The frames it was placed in when last taken off (an async scope between polls): what
+    /// it was charged with goes there when it ends off any thread's stack (a cancelled future,
+    /// dropped wherever that happens), not to the scopes open where it is dropped.
+    polled_in: Option<Chain>,
     closed: bool,
 }
 
@@ -74,6 +78,7 @@ impl OpenScope {
             attributed: true,
             suspended: false,
             since: None,
+            polled_in: None,
             closed: false,
         };
         scope.place(true)?;
@@ -106,8 +111,11 @@ impl OpenScope {
     pub(crate) fn suspend(&mut self) {
         if let Some(placed) = self.placed.take() {
             // Not at its close, which takes it off for good.
-            if !self.suspended && !self.closed {
-                self.since = thread::graphs_since(placed.token);
+            if !self.closed {
+                if !self.suspended {
+                    self.since = thread::graphs_since(placed.token);
+                }
+                self.polled_in = thread::around(placed.token).and_then(|(_, below)| below);
             }
             self.suspended = true;
             // Scopes still open inside it leave first, giving back their modes.
@@ -162,7 +170,8 @@ impl OpenScope {
                 thread::around(p.token)
                     .unwrap_or_else(|| (vec![], self.frame.lock().parked_in.take()))
             }
-            None => (vec![], thread::chain()),
+            // Off every stack: it ends where it was last placed.
+            None => (vec![], self.polled_in.take()),
         };
         // Scopes still open inside it end first, unchecked (bad input: scopes end innermost
         // first); the report says where they were opened.
