@@ -7,7 +7,8 @@
 //! the chain of frames it was made under and owned by the innermost; whatever happens to it
 //! later is taken off exactly the frames of that chain still open; a frame that is handed an
 //! allocation it was not charged for (a task's scope checked under other scopes than it was
-//! polled under) is charged then and joins the chain.
+//! polled under) is charged then and joins the chain. A task dropped between polls (cancelled)
+//! ends into the scopes its last poll ran under that are still open, wherever it is dropped.
 mod common;
 
 use common::{floats, serial};
@@ -148,6 +149,8 @@ struct TaskRun {
     frame: usize,
     /// The end of its scope, once the future has returned.
     finish: Option<Finish>,
+    /// The scopes open at its last poll (at its start, before any).
+    polled_in: Vec<usize>,
 }
 
 /// What the model expects of one scope, sync or a task's.
@@ -298,13 +301,13 @@ impl Run {
 
     /// Gives allocation `id` to the innermost scope (or out of tracking when none is open),
     /// charging the scopes open now that it was not charged to.
-    fn hand_on(&mut self, id: usize) {
-        let Some(&innermost) = self.stack.last() else {
+    fn hand_on(&mut self, id: usize, into: &[usize]) {
+        let Some(&innermost) = into.last() else {
             return self.discharge(id, false);
         };
         let info = &mut self.info[id];
         info.owner = Some(innermost);
-        for &f in &self.stack {
+        for &f in into {
             if !info.chain.contains(&f) {
                 self.frames[f].charge(info.bytes);
                 info.chain.push(f);
@@ -353,7 +356,7 @@ impl Run {
             .map(|(_, t)| t)
             .collect();
         let report = scope.exit(&returned).expect("policy is ignore");
-        self.judge(f, &report, true)
+        self.judge(f, &report, true, self.stack.clone())
     }
 
     fn start_task(&mut self) {
@@ -366,6 +369,7 @@ impl Run {
             shared,
             frame,
             finish: None,
+            polled_in: self.stack.clone(),
         });
     }
 
@@ -394,6 +398,7 @@ impl Run {
         });
         let mut cx = Context::from_waker(Waker::noop());
         let poll = self.tasks[i].future.as_mut().poll(&mut cx);
+        self.tasks[i].polled_in = self.stack.clone();
         let mut chain = self.stack.clone();
         chain.push(frame);
         let address = shared.borrow().address;
@@ -449,22 +454,33 @@ impl Run {
     /// the tensors it still held, and its scope's report is checked against the model.
     fn end_task(&mut self, task: TaskRun, checked: bool) -> Result<(), TestCaseError> {
         let frame = task.frame;
+        // Checked, it was resumed here; dropped, it ends where it was last polled (those of
+        // the scopes still open: the sync scopes close innermost first).
+        let into = match checked {
+            true => self.stack.clone(),
+            false => (task.polled_in.iter())
+                .copied()
+                .filter(|&f| self.frames[f].open)
+                .collect(),
+        };
         let held = std::mem::take(&mut task.shared.borrow_mut().held);
         self.live.extend(held);
         drop(task);
         let report = gpu_scope::last_report().expect("the task's scope reported");
         prop_assert_eq!((&*report.name, report.checked), ("task", checked));
-        self.judge(frame, &report, checked)
+        self.judge(frame, &report, checked, into)
     }
 
-    /// Closes frame `f`, whose scope has just ended inside the scopes on `stack`, and
-    /// compares its report with the model. What it owns and hands back (returned or marked;
-    /// all of it, unchecked) is kept and moves to the innermost scope; the rest escaped.
+    /// Closes frame `f`, whose scope has just ended into the scopes `into` (those on `stack`
+    /// unless a task was dropped), and compares its report with the model. What it owns and
+    /// hands back (returned or marked; all of it, unchecked) is kept and moves to the
+    /// innermost of them; the rest escaped.
     fn judge(
         &mut self,
         f: usize,
         report: &ScopeReport,
         checked: bool,
+        into: Vec<usize>,
     ) -> Result<(), TestCaseError> {
         self.frames[f].open = false;
         let frame = &self.frames[f];
@@ -480,11 +496,11 @@ impl Run {
             .map(|&id| (self.info[id].address, self.info[id].bytes))
             .collect();
         let kept_bytes = kept.iter().map(|&id| self.info[id].bytes).sum();
-        // Everything it owned moves on to the innermost scope open now (or out of tracking
+        // Everything it owned moves on to the innermost scope of `into` (or out of tracking
         // when none is): escapes too, which escaped from that scope as well unless it hands
         // them back.
         for &id in escaped.iter().chain(&kept) {
-            self.hand_on(id);
+            self.hand_on(id, &into);
         }
         let mut reported: Vec<(usize, u64)> = (report.escaped.iter())
             .map(|e| (e.address, e.bytes))
