@@ -265,11 +265,11 @@ fn keep_hands_a_value_to_the_enclosing_scope_only() {
     LIBRARY_CACHE.lock().unwrap().pop();
 }
 
-/// A kept mutex another thread holds past the wait: the report names it even when every
-/// allocation could be judged without it (all freed here), and the table says so.
-#[test]
-fn a_mutex_held_elsewhere_is_named_even_when_nothing_is_left_to_judge() {
-    let cache: Arc<Mutex<Vec<Tensor>>> = Arc::default();
+/// Another thread takes `cache`'s lock and holds it until the sender is used; returns once
+/// the lock is taken.
+fn held_elsewhere(
+    cache: &Arc<Mutex<Vec<Tensor>>>,
+) -> (std::thread::JoinHandle<()>, std::sync::mpsc::Sender<()>) {
     let holder = cache.clone();
     let (locked_tx, locked_rx) = std::sync::mpsc::channel();
     let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
@@ -279,12 +279,21 @@ fn a_mutex_held_elsewhere_is_named_even_when_nothing_is_left_to_judge() {
         release_rx.recv().unwrap();
     });
     locked_rx.recv().unwrap();
+    (other, release_tx)
+}
+
+/// A kept mutex another thread holds past the wait: the report names it even when every
+/// allocation could be judged without it (all freed here), and the table says so.
+#[test]
+fn a_mutex_held_elsewhere_is_named_even_when_nothing_is_left_to_judge() {
+    let cache: Arc<Mutex<Vec<Tensor>>> = Arc::default();
+    let (other, release) = held_elsewhere(&cache);
     let (_, report) = scope(strict("locked-clean"), || {
         drop(floats(10));
         cache.clone()
     })
     .unwrap();
-    release_tx.send(()).unwrap();
+    release.send(()).unwrap();
     other.join().unwrap();
     assert_eq!(report.held_by(HeldBy::Uninspected), 0, "{report}");
     assert_eq!(
@@ -306,22 +315,11 @@ fn a_mutex_held_elsewhere_is_named_even_when_nothing_is_left_to_judge() {
 fn a_value_given_to_keep_that_cannot_be_looked_into_is_not_called_escaped() {
     let cache: Arc<Mutex<Vec<Tensor>>> = Arc::default();
     // Another thread holds the lock past the wait.
-    let holder = cache.clone();
-    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
-    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-    let hold = |holder: Arc<Mutex<Vec<Tensor>>>, locked_tx: std::sync::mpsc::Sender<()>| {
-        std::thread::spawn(move || {
-            let _guard = holder.lock().unwrap();
-            locked_tx.send(()).unwrap();
-            release_rx.recv().unwrap();
-        })
-    };
     let (_, report) = scope(strict("keep-locked"), || {
         cache.lock().unwrap().push(floats(3));
-        let other = hold(holder, locked_tx);
-        locked_rx.recv().unwrap();
+        let (other, release) = held_elsewhere(&cache);
         gpu_scope::keep(&*cache);
-        release_tx.send(()).unwrap();
+        release.send(()).unwrap();
         other.join().unwrap();
     })
     .unwrap();
