@@ -440,8 +440,9 @@ fn pytorch() -> Vec<Row> {
         .collect()
 }
 
-/// On a CUDA device (skipped without one): emptyCache calls per 1000 scopes of each kind, and
-/// the scoped overhead of a 4096-wide batch-64 MLP (default release policy and `never`).
+/// On a CUDA device (skipped without one): emptyCache calls (and, on the fake device, device
+/// synchronizes) per 1000 scopes of each kind, and on a real GPU the scoped overhead of a
+/// 4096-wide batch-64 MLP (default release policy and `never`).
 fn gpu() -> Vec<Row> {
     let info = gpu_scope::device_info();
     if info.devices == 0 {
@@ -452,14 +453,21 @@ fn gpu() -> Vec<Row> {
     drop(Tensor::zeros([1], (Kind::Float, cuda)));
     let calls = gpu_scope::__introspect::empty_cache_calls;
     let mut rows = vec![];
-    for (what, nested) in [
-        ("outermost, each allocating", false),
-        ("nested in one outer scope", true),
+    // The default release empties the cache after an outermost scope that allocated on the
+    // device (here the only segment, freed whole each time); `never` keeps it warm.
+    let never = Some(gpu_scope::ReleasePolicy::Never);
+    for (what, device, nested, release) in [
+        ("no device allocation", Device::Cpu, false, None),
+        ("nested in one scope", cuda, true, None),
+        ("outermost, allocating", cuda, false, None),
+        ("outermost, allocating, never", cuda, false, never),
     ] {
-        let before = calls();
+        let (calls0, syncs0) = (calls(), synchronizes());
         let run = || {
             for _ in 0..1000 {
-                scoped(|| drop(Tensor::zeros([1024], (Kind::Float, cuda))));
+                let o = release.map_or(opts("gpu"), |r| opts("gpu").release(r));
+                let zeros = || drop(Tensor::zeros([1024], (Kind::Float, device)));
+                gpu_scope::scope(o, zeros).expect("nothing escapes");
             }
         };
         if nested {
@@ -467,9 +475,23 @@ fn gpu() -> Vec<Row> {
         } else {
             run();
         }
-        let n = calls() - before;
-        let name = format!("emptyCache calls per 1000 scopes, {what}");
-        rows.push(Row::figure(&name, n as f64, n.to_string(), None));
+        let n = calls() - calls0;
+        let syncs = match (synchronizes(), syncs0) {
+            (Some(now), Some(before)) => format!("{} synchronize", now - before),
+            _ => "synchronize not counted".to_owned(),
+        };
+        let name = format!("GPU calls per 1000 scopes: {what}");
+        rows.push(Row::figure(
+            &name,
+            n as f64,
+            format!("{n} emptyCache, {syncs}"),
+            None,
+        ));
+    }
+    if cfg!(feature = "fake-cuda") {
+        let why = "skipped: the fake device computes on the CPU (needs a real GPU)".to_owned();
+        rows.push(Row::figure("MLP 3x4096 batch 64 on cuda:0", 0.0, why, None));
+        return rows;
     }
     let _no_grad = tch::no_grad_guard();
     let vs = nn::VarStore::new(cuda);
@@ -493,4 +515,19 @@ fn gpu() -> Vec<Row> {
         rows.push(Row::ratio(&name, r, None));
     }
     rows
+}
+
+/// Device and stream synchronizes so far, counted by the fake CUDA device only (a real device
+/// has no such counter; gpu-scope itself calls none: only a release's `cudaFree` does).
+fn synchronizes() -> Option<u64> {
+    #[cfg(feature = "fake-cuda")]
+    {
+        extern "C" {
+            fn gs_fake_cuda_synchronizations() -> u64;
+        }
+        // SAFETY: reads a counter.
+        Some(unsafe { gs_fake_cuda_synchronizations() })
+    }
+    #[cfg(not(feature = "fake-cuda"))]
+    None
 }
