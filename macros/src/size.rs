@@ -12,22 +12,32 @@ pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("`{text}` does not start with a number"))?;
     let unit = unit.trim();
     let scale = match unit {
         "" => 1,
         unit => unit_scale(unit).ok_or_else(|| format!("unknown unit `{unit}`"))?,
     };
-    let bytes = value * scale as f64;
-    if scale == 1 && bytes.fract() != 0.0 {
+    // In whole numbers, not floating point: every size up to `u64::MAX` is exact.
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    let digits = |d: &str| d.bytes().all(|b| b.is_ascii_digit());
+    if (whole.is_empty() && fraction.is_empty()) || !digits(fraction) {
+        return Err(format!("`{text}` does not start with a number"));
+    }
+    if scale == 1 && fraction.bytes().any(|b| b != b'0') {
         return Err(format!("`{text}` is not a whole number of bytes"));
     }
-    if !bytes.is_finite() || bytes > u64::MAX as f64 {
-        return Err(format!("`{text}` is too large"));
+    let too_large = || format!("`{text}` is too large");
+    let mut bytes: u128 = 0;
+    for d in whole.bytes() {
+        bytes = (bytes * 10 + u128::from(d - b'0')).min(u128::from(u64::MAX) + 1);
     }
-    Ok(bytes.round() as u64)
+    bytes *= u128::from(scale);
+    // The fraction's first 18 digits (a unit has at most 10^12 bytes): rounded to a byte.
+    let fraction = &fraction[..fraction.len().min(18)];
+    let denominator = 10u128.pow(fraction.len() as u32);
+    let numerator = fraction.parse::<u128>().unwrap_or(0) * u128::from(scale);
+    bytes += (numerator + denominator / 2) / denominator;
+    u64::try_from(bytes).map_err(|_| too_large())
 }
 
 /// The bytes in one `unit` (`B`, `KiB` to `TiB`, `kB` or `KB` to `TB`).
@@ -59,5 +69,25 @@ mod tests {
         assert!(parse_size("lots").is_err());
         assert!(parse_size("3 parsecs").is_err());
         assert!(parse_size("").is_err());
+        assert_eq!(parse_size("0.5 KiB"), Ok(512));
+        assert_eq!(parse_size(".25 KB"), Ok(250));
+        assert_eq!(parse_size("3.0"), Ok(3));
+        assert!(parse_size("1.5").is_err(), "not a whole number of bytes");
+        assert!(parse_size("1.2.3 MiB").is_err());
+        assert!(parse_size(". MiB").is_err());
+    }
+
+    /// Every size up to `u64::MAX` is exact (no floating point), and one past it is refused.
+    #[test]
+    fn large_sizes_are_exact() {
+        assert_eq!(
+            parse_size("18446744073709550000"),
+            Ok(18_446_744_073_709_550_000)
+        );
+        assert_eq!(parse_size("18446744073709551615"), Ok(u64::MAX));
+        assert!(parse_size("18446744073709551616").is_err(), "2^64");
+        assert!(parse_size("16777216 TiB").is_err(), "2^64 bytes");
+        assert_eq!(parse_size("16777215 TiB"), Ok(16_777_215 << 40));
+        assert!(parse_size("99999999999999999999999999999999999999999").is_err());
     }
 }
