@@ -177,19 +177,29 @@ fn a_handle_used_where_its_scope_is_open_charges_once() {
 }
 
 /// The enclosing scope's handle used inside an inner scope: the work is the enclosing scope's
-/// (charged to it once, not to the inner scope, which does not judge it).
+/// (charged to it once, judged by it) and, as any carried work, also charged to the scope open
+/// where it ran, which shows it as another scope's (its figures and `max_peak` see it).
 #[test]
-fn an_enclosing_handle_used_inside_an_inner_scope_charges_the_enclosing_one() {
+fn an_enclosing_handle_used_inside_an_inner_scope_shows_on_it_as_another_scopes() {
     let outer = Scope::enter(strict("outer")).unwrap();
     let here = gpu_scope::current().unwrap();
-    let inner = Scope::enter(strict("inner")).unwrap();
+    let inner = Scope::enter(strict("inner").max_peak(block(64))).unwrap();
     let t = here.in_scope(|| floats(16));
     let inner_report = inner.exit(&()).unwrap();
-    assert_eq!(inner_report.allocated, 0, "{inner_report}");
+    assert!(inner_report.is_clean(), "{inner_report}");
+    assert_eq!(on(&inner_report).allocated, block(64), "{inner_report}");
+    let held: Vec<_> = (inner_report.held.iter())
+        .map(|h| (h.by, h.bytes, h.count))
+        .collect();
+    assert_eq!(held, [(gpu_scope::HeldBy::OtherScope, block(64), 1)]);
+    let inner = Scope::enter(strict("inner").max_peak(block(64) - 1)).unwrap();
+    drop(here.in_scope(|| floats(16)));
+    let err = inner.exit(&()).unwrap_err();
+    assert!(matches!(err, gpu_scope::Error::OverBudget(_)), "{err}");
     let r = outer.exit(&t).unwrap();
     assert_eq!(
         (on(&r).allocations, on(&r).allocated),
-        (1, block(64)),
+        (2, 2 * block(64)),
         "{r}"
     );
     assert_eq!(on(&r).kept, block(64), "{r}");

@@ -150,9 +150,14 @@ fn push_level(
                 .set(ffi::ops_begin().map(|callback| (callback, token)));
         }
         let mut stack = t.stack.borrow_mut();
-        let (chain, origin) = match stack.iter().rev().find(|l| Arc::ptr_eq(&l.frame, &frame)) {
-            // Already on this thread's stack (its handle used here, its future polled here):
-            // charged as it is there, and once.
+        // Already on this thread's stack (its future polled here): charged as it is there, and
+        // once. Carried here through its handle, it is charged as carried work is (below): the
+        // scopes opened inside it here are charged too, as another scope's work.
+        let on_stack = match origin {
+            None => stack.iter().rev().find(|l| Arc::ptr_eq(&l.frame, &frame)),
+            Some(_) => None,
+        };
+        let (chain, origin) = match on_stack {
             Some(level) => (level.chain.clone(), level.origin.clone()),
             None => {
                 let below = stack.last();
