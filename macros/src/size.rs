@@ -26,7 +26,6 @@ pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
     if scale == 1 && fraction.bytes().any(|b| b != b'0') {
         return Err(format!("`{text}` is not a whole number of bytes"));
     }
-    let too_large = || format!("`{text}` is too large");
     let mut bytes: u128 = 0;
     for d in whole.bytes() {
         bytes = (bytes * 10 + u128::from(d - b'0')).min(u128::from(u64::MAX) + 1);
@@ -37,7 +36,7 @@ pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
     let denominator = 10u128.pow(fraction.len() as u32);
     let numerator = fraction.parse::<u128>().unwrap_or(0) * u128::from(scale);
     bytes += (numerator + denominator / 2) / denominator;
-    u64::try_from(bytes).map_err(|_| too_large())
+    u64::try_from(bytes).map_err(|_| format!("`{text}` is too large"))
 }
 
 /// The bytes in one `unit` (`B`, `KiB` to `TiB`, `kB` or `KB` to `TB`).
