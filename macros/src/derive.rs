@@ -101,18 +101,59 @@ fn visit_fields(fields: &Fields, set: &syn::Ident) -> syn::Result<(TokenStream, 
     Ok((quote!({ #(#binds,)* .. }), quote!(#(#visits)*)))
 }
 
-/// The type parameters named in the types of the fields that are visited (all of them when
-/// such a type is a macro call, whose tokens cannot be read as a type).
-fn visited_params(input: &DeriveInput) -> syn::Result<Vec<syn::Ident>> {
-    struct Names<'a>(&'a [syn::Ident], Vec<syn::Ident>);
+/// What the types of the visited fields need to be `Tensors`: the type parameters they name
+/// (all of them when such a type is a macro call, whose tokens cannot be read as a type), and
+/// the associated types they name (`T::Item`: the bound goes there, not on `T`). A map's key
+/// type is not searched, so it needs nothing.
+#[derive(Default)]
+struct Needs {
+    params: Vec<syn::Ident>,
+    associated: Vec<syn::Path>,
+}
+
+/// The generic arguments of the standard `HashMap` or `BTreeMap` (by any of their usual paths,
+/// as for `PhantomData`), whose `Tensors` asks nothing of the key type.
+fn std_map_arguments(
+    path: &syn::Path,
+) -> Option<&syn::punctuated::Punctuated<syn::GenericArgument, Token![,]>> {
+    let names: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let map = matches!(
+        names[..],
+        ["HashMap" | "BTreeMap"]
+            | ["collections", "HashMap" | "BTreeMap"]
+            | ["std", "collections", "HashMap" | "BTreeMap"]
+            | ["alloc", "collections", "BTreeMap"]
+    );
+    match &path.segments.last()?.arguments {
+        syn::PathArguments::AngleBracketed(args) if map => Some(&args.args),
+        _ => None,
+    }
+}
+
+fn visited_params(input: &DeriveInput) -> syn::Result<Needs> {
+    struct Names<'a>(&'a [syn::Ident], Needs);
     impl syn::visit::Visit<'_> for Names<'_> {
         fn visit_macro(&mut self, _: &syn::Macro) {
-            self.1 = self.0.to_vec();
+            self.1.params = self.0.to_vec();
         }
         fn visit_path(&mut self, path: &syn::Path) {
-            if let Some(first) = path.segments.first() {
-                if self.0.contains(&first.ident) && !self.1.contains(&first.ident) {
-                    self.1.push(first.ident.clone());
+            if let Some(args) = std_map_arguments(path) {
+                // Only the values are searched: the key type needs nothing.
+                return args
+                    .iter()
+                    .skip(1)
+                    .for_each(|a| self.visit_generic_argument(a));
+            }
+            let first = path.segments.first().map(|s| &s.ident);
+            if let Some(first) = first.filter(|f| self.0.contains(f)) {
+                if path.segments.len() > 1 {
+                    let same = |p: &syn::Path| quote!(#p).to_string() == quote!(#path).to_string();
+                    if !self.1.associated.iter().any(same) {
+                        self.1.associated.push(path.clone());
+                    }
+                } else if !self.1.params.contains(first) {
+                    self.1.params.push(first.clone());
                 }
             }
             syn::visit::visit_path(self, path);
@@ -136,7 +177,7 @@ fn visited_params(input: &DeriveInput) -> syn::Result<Vec<syn::Ident>> {
         }
         Data::Union(_) => vec![],
     };
-    let mut names = Names(&params, Vec::new());
+    let mut names = Names(&params, Needs::default());
     for field in fields.into_iter().flatten() {
         if !skipped_field(field)? {
             syn::visit::Visit::visit_type(&mut names, &field.ty);
@@ -176,16 +217,20 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
                  live; implement `gpu_scope::Tensors` by hand",
             )),
         };
-    // Only the type parameters that a visited field's type names are bounded: one that only
-    // skipped fields use (`#[tensors(skip)] meta: T`) may be anything.
-    let used = visited_params(&input)?;
+    // Only what a visited field's type names is bounded: a type parameter that only skipped
+    // fields use (`#[tensors(skip)] meta: T`), or only a map's keys, may be anything.
+    let needs = visited_params(&input)?;
     let mut generics = input.generics.clone();
     for param in generics.type_params_mut() {
-        if used.contains(&param.ident) {
+        if needs.params.contains(&param.ident) {
             param
                 .bounds
                 .push(syn::parse_quote!(::gpu_scope::__private::Tensors));
         }
+    }
+    for path in &needs.associated {
+        let bound = syn::parse_quote!(#path: ::gpu_scope::__private::Tensors);
+        generics.make_where_clause().predicates.push(bound);
     }
     let (impl_generics, ty_generics, where_clause) = generics.split_for_impl();
     Ok(quote! {
