@@ -222,3 +222,81 @@ fn only_the_standard_phantom_data_is_skipped() {
     assert_eq!(report.kept, common::block(32), "{report}");
     drop(holder.inner.0);
 }
+
+/// A field typed by an associated type bounds that type, not the parameter (`B::Weight:
+/// Tensors`, not `B: Tensors`), and a map's key type needs nothing: the derive asks what the
+/// fields need.
+trait Backend {
+    type Weight;
+}
+
+struct Tch;
+
+impl Backend for Tch {
+    type Weight = Tensor;
+}
+
+#[derive(Tensors)]
+struct Layer<B: Backend> {
+    w: B::Weight,
+}
+
+#[derive(Hash, PartialEq, Eq, PartialOrd, Ord)]
+struct Key(u32);
+
+#[derive(Tensors)]
+struct Cache<K: std::hash::Hash + Eq + Ord> {
+    by_hash: std::collections::HashMap<K, Tensor>,
+    in_order: std::collections::BTreeMap<K, Vec<Tensor>>,
+}
+
+#[test]
+fn associated_types_and_map_keys_are_bounded_as_the_fields_need() {
+    let (layer, report) = scope(strict("associated"), || Layer::<Tch> { w: floats(4) }).unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(count(&layer), 1);
+    let (cache, report) = scope(strict("keys"), || Cache {
+        by_hash: [(Key(1), floats(2))].into(),
+        in_order: [(Key(2), vec![floats(2), floats(2)])].into(),
+    })
+    .unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(count(&cache), 3);
+}
+
+/// The std types a model's struct holds beside its tensors (sets, cells, atomics, ranges,
+/// non-zero numbers, layer configurations) derive without `#[tensors(skip)]`.
+#[derive(Tensors)]
+struct Bookkeeping {
+    seen: std::collections::HashSet<u64>,
+    ordered: std::collections::BTreeSet<String>,
+    steps: std::cell::Cell<u32>,
+    calls: std::sync::atomic::AtomicUsize,
+    window: std::ops::Range<usize>,
+    span: std::ops::RangeInclusive<i64>,
+    batch: std::num::NonZeroUsize,
+    linear: nn::LinearConfig,
+    conv: nn::ConvConfig,
+    rnn: nn::RNNConfig,
+    weights: Vec<Tensor>,
+}
+
+#[test]
+fn std_bookkeeping_types_hold_nothing() {
+    let (book, report) = scope(strict("bookkeeping"), || Bookkeeping {
+        seen: [1, 2].into(),
+        ordered: ["a".to_owned()].into(),
+        steps: std::cell::Cell::new(3),
+        calls: 4.into(),
+        window: 0..8,
+        span: -1..=1,
+        batch: std::num::NonZeroUsize::new(8).unwrap(),
+        linear: Default::default(),
+        conv: Default::default(),
+        rnn: Default::default(),
+        weights: vec![floats(2)],
+    })
+    .unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(count(&book), 1);
+}

@@ -4,7 +4,7 @@ use crate::ffi;
 use crate::ledger::Key;
 use std::borrow::Cow;
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, LinkedList, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet, LinkedList, VecDeque};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex, RwLock, TryLockError};
@@ -513,7 +513,65 @@ leaf!(
     crate::ScopeHandle,
     crate::ScopeReport,
     crate::MemoryStats,
+    // Layer configurations: sizes and flags, no tensors.
+    tch::nn::Init,
+    tch::nn::LinearConfig,
+    tch::nn::EmbeddingConfig,
+    tch::nn::BatchNormConfig,
+    tch::nn::LayerNormConfig,
+    tch::nn::GroupNormConfig,
+    tch::nn::RNNConfig,
+    std::sync::atomic::AtomicBool,
+    std::sync::atomic::AtomicU8,
+    std::sync::atomic::AtomicU16,
+    std::sync::atomic::AtomicU32,
+    std::sync::atomic::AtomicU64,
+    std::sync::atomic::AtomicUsize,
+    std::sync::atomic::AtomicI8,
+    std::sync::atomic::AtomicI16,
+    std::sync::atomic::AtomicI32,
+    std::sync::atomic::AtomicI64,
+    std::sync::atomic::AtomicIsize,
+    std::num::NonZeroU8,
+    std::num::NonZeroU16,
+    std::num::NonZeroU32,
+    std::num::NonZeroU64,
+    std::num::NonZeroU128,
+    std::num::NonZeroUsize,
+    std::num::NonZeroI8,
+    std::num::NonZeroI16,
+    std::num::NonZeroI32,
+    std::num::NonZeroI64,
+    std::num::NonZeroI128,
+    std::num::NonZeroIsize,
 );
+
+impl<ND> Tensors for tch::nn::ConvConfigND<ND> {
+    fn visit(&self, _: &mut StorageSet) {}
+}
+
+impl<ND> Tensors for tch::nn::ConvTransposeConfigND<ND> {
+    fn visit(&self, _: &mut StorageSet) {}
+}
+
+/// A `Cell` of a `Copy` value, which owns no tensor (a tensor is not `Copy`).
+impl<T: Copy> Tensors for std::cell::Cell<T> {
+    fn visit(&self, _: &mut StorageSet) {}
+}
+
+impl<T: Tensors> Tensors for std::ops::Range<T> {
+    fn visit(&self, set: &mut StorageSet) {
+        self.start.visit(set);
+        self.end.visit(set);
+    }
+}
+
+impl<T: Tensors> Tensors for std::ops::RangeInclusive<T> {
+    fn visit(&self, set: &mut StorageSet) {
+        self.start().visit(set);
+        self.end().visit(set);
+    }
+}
 
 macro_rules! fields {
     ($($t:ty => [$($f:ident),*]),* $(,)?) => {
@@ -599,7 +657,13 @@ macro_rules! iter {
         })*
     };
 }
-iter!(LinkedList<T>, BinaryHeap<T>, Option<T>);
+iter!(LinkedList<T>, BinaryHeap<T>, BTreeSet<T>, Option<T>);
+
+impl<T: Tensors, S> Tensors for HashSet<T, S> {
+    fn visit(&self, set: &mut StorageSet) {
+        self.iter().for_each(|v| v.visit(set))
+    }
+}
 
 impl<T: Tensors> Tensors for [T] {
     fn visit(&self, set: &mut StorageSet) {
