@@ -77,17 +77,11 @@ pub(crate) fn validate_block(scoped: &ScopedBlock) -> syn::Result<()> {
     errors.finish()
 }
 
-/// The last statement of a block that can only leave early, and what to write instead: its
-/// scope would never be checked (and its value, `!`, is no `Tensors`).
+/// The statement of a block that can only leave early, and what to write instead: its scope
+/// would never be checked (and its value, `!`, is no `Tensors`).
 fn never_ends(block: &syn::Block) -> Option<(&Expr, String)> {
-    let Some(syn::Stmt::Expr(last, _)) = block.stmts.last() else {
-        return None;
-    };
-    let word = match last {
-        Expr::Return(_) => "return",
-        Expr::Break(_) => "break",
-        Expr::Continue(_) => "continue",
-        Expr::Loop(l) if !loop_ends(l) => {
+    if let Some(syn::Stmt::Expr(last @ Expr::Loop(l), _)) = block.stmts.last() {
+        if !loop_ends(l) {
             return Some((
                 last,
                 "this block can only leave early (it ends in a `loop` that no `break` ends), so \
@@ -97,16 +91,66 @@ fn never_ends(block: &syn::Block) -> Option<(&Expr, String)> {
                     .to_owned(),
             ));
         }
-        _ => return None,
-    };
+    }
+    let (at, word) = block_leaves(block, &mut Vec::new())?;
     Some((
-        last,
+        at,
         format!(
             "this block always leaves with `{word}` before its end, so its scope would never be \
              checked (leaving early skips the check): end the block with its value and `{word}` \
              after the `scope!` (`let value = scope!({{ ... }});` then `{word}`)"
         ),
     ))
+}
+
+/// The `return`, `break` or `continue` by which a block always leaves the `scope!`, if it
+/// does: a statement of it that always does (what follows never runs). `labels`: those of the
+/// blocks around it inside the `scope!`, whose `break`s stay inside.
+fn block_leaves<'a>(
+    block: &'a syn::Block,
+    labels: &mut Vec<String>,
+) -> Option<(&'a Expr, &'static str)> {
+    block.stmts.iter().find_map(|s| match s {
+        syn::Stmt::Expr(e, _) => leaves(e, labels),
+        _ => None,
+    })
+}
+
+/// [`block_leaves`] for an expression: one that leaves, a block or parentheses around one,
+/// an `if` whose branches both leave, a `match` whose arms all do. Not through loops (a
+/// `break` there ends the loop), closures or anything else.
+fn leaves<'a>(expr: &'a Expr, labels: &mut Vec<String>) -> Option<(&'a Expr, &'static str)> {
+    match expr {
+        Expr::Return(_) => Some((expr, "return")),
+        Expr::Continue(_) => Some((expr, "continue")),
+        Expr::Break(b) => match &b.label {
+            Some(label) if labels.contains(&label.ident.to_string()) => None,
+            _ => Some((expr, "break")),
+        },
+        Expr::Paren(p) => leaves(&p.expr, labels),
+        Expr::Group(g) => leaves(&g.expr, labels),
+        Expr::Unsafe(u) => block_leaves(&u.block, labels),
+        Expr::Block(b) => {
+            let label = b.label.as_ref().map(|l| l.name.ident.to_string());
+            labels.extend(label.clone());
+            let left = block_leaves(&b.block, labels);
+            if label.is_some() {
+                labels.pop();
+            }
+            left
+        }
+        Expr::If(i) => {
+            let (_, otherwise) = i.else_branch.as_ref()?;
+            let then = block_leaves(&i.then_branch, labels)?;
+            leaves(otherwise, labels).map(|_| then)
+        }
+        Expr::Match(m) => {
+            let mut arms = m.arms.iter().map(|a| leaves(&a.body, labels));
+            let first = arms.next()??;
+            arms.all(|a| a.is_some()).then_some(first)
+        }
+        _ => None,
+    }
 }
 
 /// Whether the block ends by panicking or ending the process, which its scope sees as an
