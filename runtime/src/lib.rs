@@ -2,7 +2,7 @@
 //! reports. Use it through the `gpu-scope` crate, which re-exports everything public here.
 //!
 //! Reading order: `lifecycle.rs` (a scope from entry to report), `ledger.rs` (the
-//! bookkeeping), `hooks.rs` (how libtorch reports into it), `check.rs` (the verdict).
+//! bookkeeping; `ledger/frame.rs` a scope's frame, `ledger/close.rs` its end), `hooks.rs` (how libtorch reports into it), `check.rs` (the verdict).
 #![warn(missing_docs)]
 mod carry;
 mod check;
