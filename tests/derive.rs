@@ -245,8 +245,8 @@ struct Layer<B: Backend> {
 struct Key(u32);
 
 #[derive(Tensors)]
-struct Cache<K: std::hash::Hash + Eq + Ord> {
-    by_hash: std::collections::HashMap<K, Tensor>,
+struct Cache<K: std::hash::Hash + Eq + Ord, S = std::hash::RandomState> {
+    by_hash: std::collections::HashMap<K, Tensor, S>,
     in_order: std::collections::BTreeMap<K, Vec<Tensor>>,
 }
 
@@ -255,7 +255,7 @@ fn associated_types_and_map_keys_are_bounded_as_the_fields_need() {
     let (layer, report) = scope(strict("associated"), || Layer::<Tch> { w: floats(4) }).unwrap();
     assert!(report.is_clean(), "{report}");
     assert_eq!(count(&layer), 1);
-    let (cache, report) = scope(strict("keys"), || Cache {
+    let (cache, report) = scope(strict("keys"), || Cache::<Key> {
         by_hash: [(Key(1), floats(2))].into(),
         in_order: [(Key(2), vec![floats(2), floats(2)])].into(),
     })

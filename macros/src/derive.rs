@@ -112,7 +112,7 @@ struct Needs {
 }
 
 /// The generic arguments of the standard `HashMap` or `BTreeMap` (by any of their usual paths,
-/// as for `PhantomData`), whose `Tensors` asks nothing of the key type.
+/// as for `PhantomData`), whose `Tensors` asks nothing of the key type or the hasher.
 fn std_map_arguments(
     path: &syn::Path,
 ) -> Option<&syn::punctuated::Punctuated<syn::GenericArgument, Token![,]>> {
@@ -139,10 +139,11 @@ fn visited_params(input: &DeriveInput) -> syn::Result<Needs> {
         }
         fn visit_path(&mut self, path: &syn::Path) {
             if let Some(args) = std_map_arguments(path) {
-                // Only the values are searched: the key type needs nothing.
+                // Only the values are searched: the key type (and a hasher) needs nothing.
                 return args
                     .iter()
                     .skip(1)
+                    .take(1)
                     .for_each(|a| self.visit_generic_argument(a));
             }
             let first = path.segments.first().map(|s| &s.ident);
