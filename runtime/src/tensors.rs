@@ -521,6 +521,7 @@ leaf!(
     tch::nn::LayerNormConfig,
     tch::nn::GroupNormConfig,
     tch::nn::RNNConfig,
+    // Counters and numbers.
     std::sync::atomic::AtomicBool,
     std::sync::atomic::AtomicU8,
     std::sync::atomic::AtomicU16,
