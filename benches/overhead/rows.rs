@@ -465,9 +465,8 @@ fn gpu() -> Vec<Row> {
         let (calls0, syncs0) = (calls(), synchronizes());
         let run = || {
             for _ in 0..1000 {
-                let o = release.map_or(opts("gpu"), |r| opts("gpu").release(r));
                 let zeros = || drop(Tensor::zeros([1024], (Kind::Float, device)));
-                gpu_scope::scope(o, zeros).expect("nothing escapes");
+                gpu_scope::scope(gpu_opts(release), zeros).expect("nothing escapes");
             }
         };
         if nested {
@@ -503,8 +502,7 @@ fn gpu() -> Vec<Row> {
     ] {
         let pass = |scope: bool| {
             if scope {
-                let o = release.map_or(opts("gpu"), |r| opts("gpu").release(r));
-                gpu_scope::scope(o, || drop(model.forward(&x))).expect("clean");
+                gpu_scope::scope(gpu_opts(release), || drop(model.forward(&x))).expect("clean");
             } else {
                 drop(model.forward(&x));
             }
@@ -515,6 +513,11 @@ fn gpu() -> Vec<Row> {
         rows.push(Row::ratio(&name, r, None));
     }
     rows
+}
+
+/// A GPU row's scope: strict, with `release` when given (else the default).
+fn gpu_opts(release: Option<gpu_scope::ReleasePolicy>) -> ScopeOptions {
+    release.map_or(opts("gpu"), |r| opts("gpu").release(r))
 }
 
 /// Device and stream synchronizes so far, counted by the fake CUDA device only (a real device
