@@ -395,6 +395,42 @@ fn kept_values_with_reference_cycles_are_searched_once() {
     }
 }
 
+/// Nodes shared by two parents, 40 levels deep: 2^40 paths to the bottom node, each node
+/// searched once (following every path would never end).
+macro_rules! shared_nodes {
+    ($node:ident, $ptr:ty, $new:path) => {{
+        #[derive(gpu_scope::Tensors)]
+        struct $node {
+            _w: Tensor,
+            _below: Option<($ptr, $ptr)>,
+        }
+        let mut node = $new($node {
+            _w: floats(1),
+            _below: None,
+        });
+        for _ in 0..40 {
+            node = $new($node {
+                _w: floats(1),
+                _below: Some((node.clone(), node)),
+            });
+        }
+        node
+    }};
+}
+
+#[test]
+fn kept_values_whose_nodes_share_nodes_are_searched_once_each() {
+    use std::{rc::Rc, sync::Arc};
+    let (_rc, report) = clean(scope(strict("rc"), || {
+        shared_nodes!(RcNode, Rc<RcNode>, Rc::new)
+    }));
+    assert_eq!(on(&report).kept, 41 * block(4), "{report}");
+    let (_arc, report) = clean(scope(strict("arc"), || {
+        shared_nodes!(ArcNode, Arc<ArcNode>, Arc::new)
+    }));
+    assert_eq!(on(&report).kept, 41 * block(4), "{report}");
+}
+
 #[gpu_scope::gpu_scope(name = "iter", on_escape = ignore)]
 fn tensors_to_come() -> impl Iterator<Item = Tensor> {
     vec![floats(1), floats(2)].into_iter()

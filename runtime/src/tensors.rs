@@ -41,8 +41,11 @@ pub struct StorageSet {
     pub(crate) optimized: rustc_hash::FxHashSet<(DeviceId, u64)>,
     /// The shared pointers and cells being searched right now, from the kept value down to
     /// here (address, type name, `made_before`): one reached again inside itself is a
-    /// reference cycle. (A set of all those searched would wrongly skip a temporary that a
-    /// hand-written `visit` makes where an earlier one was freed.)
+    /// reference cycle. Also the shared pointers searched already that something else points
+    /// at too (a node two others share): each is searched once, not once per path to it. (A
+    /// set of all those searched would wrongly skip a temporary that a hand-written `visit`
+    /// makes where an earlier one was freed; a pointer shared with another holder stays
+    /// alive, and so keeps its address, while the value is searched.)
     searching: rustc_hash::FxHashSet<(usize, usize, bool)>,
 }
 
@@ -294,10 +297,13 @@ impl StorageSet {
 
     /// Runs `visit` on the value at `at` (what a shared pointer points at, or a cell) unless
     /// it is being searched already, further up: a kept tree whose nodes point back at their
-    /// parents is searched, not followed round forever.
+    /// parents is searched, not followed round forever. With `once` (a shared pointer with
+    /// other holders) it is not searched again afterwards either: a value whose nodes share
+    /// nodes is searched in time linear in its nodes, not in its paths.
     fn unless_searching<Via: ?Sized, T: ?Sized>(
         &mut self,
         at: *const T,
+        once: bool,
         visit: impl FnOnce(&mut Self),
     ) {
         // The type it is reached through tells apart a value and its first field, or a cell
@@ -310,7 +316,9 @@ impl StorageSet {
         );
         if self.searching.insert(key) {
             visit(self);
-            self.searching.remove(&key);
+            if !once {
+                self.searching.remove(&key);
+            }
         }
     }
 
@@ -629,7 +637,8 @@ macro_rules! shared {
     ($($t:ident),* $(,)?) => {
         $(impl<T: Tensors + ?Sized> Tensors for $t<T> {
             fn visit(&self, set: &mut StorageSet) {
-                set.unless_searching::<Self, T>($t::as_ptr(self), |set| (**self).visit(set))
+                let shared = $t::strong_count(self) > 1;
+                set.unless_searching::<Self, T>($t::as_ptr(self), shared, |set| (**self).visit(set))
             }
         })*
     };
@@ -690,7 +699,7 @@ impl<T: Tensors> Tensors for VecDeque<T> {
 /// even when the cell was made before it.
 impl<T: Tensors> Tensors for std::sync::OnceLock<T> {
     fn visit(&self, set: &mut StorageSet) {
-        set.unless_searching::<Self, Self>(self, |set| {
+        set.unless_searching::<Self, Self>(self, false, |set| {
             set.made_before(false, |set| self.get().visit(set))
         })
     }
@@ -698,7 +707,7 @@ impl<T: Tensors> Tensors for std::sync::OnceLock<T> {
 
 impl<T: Tensors> Tensors for std::cell::OnceCell<T> {
     fn visit(&self, set: &mut StorageSet) {
-        set.unless_searching::<Self, Self>(self, |set| {
+        set.unless_searching::<Self, Self>(self, false, |set| {
             set.made_before(false, |set| self.get().visit(set))
         })
     }
@@ -760,7 +769,7 @@ impl<T: Tensors + ?Sized> Tensors for RefCell<T> {
     fn visit(&self, set: &mut StorageSet) {
         // Borrowed mutably right now: by this thread, further up the stack, which cannot be
         // waited for.
-        set.unless_searching::<Self, Self>(self, |set| match self.try_borrow() {
+        set.unless_searching::<Self, Self>(self, false, |set| match self.try_borrow() {
             Ok(v) => set.made_before(false, |set| v.visit(set)),
             Err(_) => set.add_uninspected(std::any::type_name::<Self>()),
         })
@@ -788,7 +797,7 @@ fn visit_locked<L: ?Sized, G: std::ops::Deref<Target: Tensors>>(
     set: &mut StorageSet,
     attempt: impl FnMut() -> Option<G>,
 ) {
-    set.unless_searching::<L, L>(lock, |set| match wait_for(attempt) {
+    set.unless_searching::<L, L>(lock, false, |set| match wait_for(attempt) {
         Some(v) => set.made_before(false, |set| v.visit(set)),
         None => set.add_uninspected(std::any::type_name::<L>()),
     })
