@@ -616,6 +616,34 @@ fn the_allocator_probe_leaves_unused_devices_alone() {
     }
 }
 
+/// Pinned host memory comes from CUDA's host allocator, which reports to nothing gpu-scope
+/// hooks (the README's Limits): a pinned tensor made in a scope is not counted, and one that
+/// leaks is not reported; a device leak beside it is.
+#[test]
+fn pinned_host_memory_is_not_seen() {
+    let _serial = common::serial();
+    if cuda(1).is_none() {
+        return;
+    }
+    let host = Tensor::ones([1000], (Kind::Float, Device::Cpu));
+    let r = escaped(scope(strict("pinned"), || {
+        let pinned = host.pin_memory(Device::Cuda(0));
+        assert!(pinned.is_pinned(Device::Cuda(0)));
+        assert!(!host.is_pinned(Device::Cuda(0)));
+        let mut sink = SINK.lock().unwrap();
+        sink.push(pinned);
+        sink.push(floats(100, 0));
+    }));
+    let pinned = SINK.lock().unwrap().remove(0);
+    assert_eq!(pinned.sum(Kind::Float).double_value(&[]), 1000.0);
+    SINK.lock().unwrap().clear();
+    assert_eq!(r.escaped.len(), 1, "{r}");
+    assert!(r.escaped[0].device.to_string().starts_with("cuda"), "{r}");
+    // The pinned block (4 000 B) counted nowhere (the fake's zeros add a 400 B CPU staging
+    // copy, freed).
+    assert!(r.allocated < 4000, "{r}");
+}
+
 #[test]
 fn device_ids_print_as_libtorch_names_them() {
     assert_eq!(DeviceId::from(Device::Cuda(1)).to_string(), "cuda:1");

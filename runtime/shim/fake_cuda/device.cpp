@@ -7,15 +7,16 @@
 #include <ATen/Context.h>
 #include <ATen/core/Generator.h>
 #include <ATen/detail/CUDAHooksInterface.h>
-#include <c10/core/CPUAllocator.h>
 #include <c10/core/DeviceCapability.h>
 #include <c10/core/GeneratorImpl.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 namespace gpu_scope::fake_cuda {
@@ -73,6 +74,51 @@ void check_device_index(int64_t index) {
 void link_device() {}
 
 namespace {
+
+// CUDA's host allocator (pinned memory, `CachingHostAllocator`) reports its blocks to nothing:
+// not through the CPU allocator, not to the profiler. The fake's hands out plain host memory the
+// same way, so that a scope sees a pinned tensor on the fake as it does on a GPU: not at all.
+// It frees at once (the real one caches the block; nothing here observes the difference).
+class FakeHostAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t n) override {
+    void* data = n == 0 ? nullptr : std::malloc(n);
+    TORCH_CHECK_WITH(OutOfMemoryError, n == 0 || data != nullptr, "pinned: out of memory");
+    if (data != nullptr) {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      live_.insert(data);
+    }
+    return {data, data, &raw_delete, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &raw_delete; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    std::memcpy(dest, src, count);
+  }
+  bool holds(const void* data) const {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return live_.count(const_cast<void*>(data)) != 0;
+  }
+
+ private:
+  static void raw_delete(void* data);
+  mutable std::mutex mutex_;
+  std::unordered_set<void*> live_;
+};
+
+FakeHostAllocator& host_allocator() {
+  static auto* allocator = new FakeHostAllocator();  // never destroyed: tensors may outlive main
+  return *allocator;
+}
+
+void FakeHostAllocator::raw_delete(void* data) {
+  if (data == nullptr) return;
+  {
+    auto& self = host_allocator();
+    const std::lock_guard<std::mutex> lock(self.mutex_);
+    self.live_.erase(data);
+  }
+  std::free(data);
+}
 
 // One stream per device (the default stream, id 0); events exist but never wait: the fake's
 // work is done by the time a kernel returns.
@@ -241,9 +287,8 @@ struct FakeCUDAHooks final : public at::CUDAHooksInterface {
     const auto device = allocator().device_of(data);
     return {c10::DeviceType::CUDA, device ? *device : fake_cuda::current_device()};
   }
-  bool isPinnedPtr(const void* /*data*/) const override { return false; }
-  // Host memory is all the fake has: "pinned" tensors are ordinary CPU tensors.
-  c10::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
+  bool isPinnedPtr(const void* data) const override { return host_allocator().holds(data); }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return &host_allocator(); }
   c10::Allocator* getCUDADeviceAllocator() const override { return &allocator(); }
 
   std::string showConfig() const override {

@@ -1,7 +1,10 @@
 // The fake CUDA device of gpu-scope's tests: libtorch's CUDA device type backed by host memory,
 // with an allocator that behaves like libtorch 2.11's native CUDA caching allocator wherever
 // gpu-scope can observe it (block sizes, caching, statistics, trace trackers, profiler reports,
-// lazy init) and a cuBLAS-like workspace that stays allocated across calls.
+// lazy init), a cuBLAS-like workspace that stays allocated across calls, and a pinned-memory
+// host allocator that, like CUDA's, reports to nothing. Not modelled: streams other than the
+// default one (`recordStream` defers nothing), allocator settings (`expandable_segments`,
+// `max_split_size`), CUDA graphs, and the temporary buffers cuDNN or cuBLAS take inside an op.
 //
 // Built instead of the real CUDA backend when the cargo feature `fake-cuda` is on (see
 // runtime/build.rs); it must never share a process with libtorch_cuda.so, which registers the
