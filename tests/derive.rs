@@ -300,3 +300,45 @@ fn std_bookkeeping_types_hold_nothing() {
     assert!(report.is_clean(), "{report}");
     assert_eq!(count(&book), 1);
 }
+
+/// A node of a singly linked list, unlinked one node at a time when dropped (the derived
+/// drop of a long list would itself overflow a small stack).
+#[derive(Tensors)]
+struct Link {
+    value: Tensor,
+    next: Option<Box<Link>>,
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        let mut next = self.next.take();
+        while let Some(mut link) = next {
+            next = link.next.take();
+        }
+    }
+}
+
+/// Each level of a derived type is visited on a stack grown as needed: a list far longer than
+/// a small thread stack holds frames for is kept whole (it overflowed before).
+#[test]
+fn a_long_list_of_derived_nodes_is_kept_on_a_small_stack() {
+    const NODES: u64 = 20_000;
+    let kept = std::thread::Builder::new()
+        .stack_size(256 * 1024)
+        .spawn(|| {
+            let (_list, report) = scope(strict("list"), || {
+                let mut head: Option<Box<Link>> = None;
+                for _ in 0..NODES {
+                    let value = floats(1);
+                    head = Some(Box::new(Link { value, next: head }));
+                }
+                head
+            })
+            .unwrap();
+            common::on(&report).kept
+        })
+        .unwrap()
+        .join()
+        .expect("the visit does not overflow the thread's stack");
+    assert_eq!(kept, NODES * common::block(4));
+}

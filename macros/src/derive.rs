@@ -188,7 +188,7 @@ fn visited_params(input: &DeriveInput) -> syn::Result<Needs> {
 }
 
 /// Input: `#[derive(Tensors)] struct M<T> { a: T, #[tensors(skip)] n: String }`
-/// Output: `impl<T: Tensors> Tensors for M<T> { fn visit(&self, set) { match self { M { a, .. } => a.visit(set) } } }`
+/// Output: `impl<T: Tensors> Tensors for M<T> { fn visit(&self, set) { deeper(set, |set| match self { M { a, .. } => a.visit(set) }) } }`
 pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
     let input: DeriveInput = syn::parse2(input)?;
     on_the_type(&input.attrs)?;
@@ -239,11 +239,13 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
         impl #impl_generics ::gpu_scope::__private::Tensors for #name #ty_generics #where_clause {
             #[allow(unused_variables)]
             fn visit(&self, #set: &mut ::gpu_scope::__private::StorageSet) {
-                #[allow(unreachable_patterns)]
-                match self {
-                    #(#arms)*
-                    _ => {}
-                }
+                ::gpu_scope::__private::deeper(#set, |#set| {
+                    #[allow(unreachable_patterns)]
+                    match self {
+                        #(#arms)*
+                        _ => {}
+                    }
+                })
             }
         }
     })

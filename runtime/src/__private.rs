@@ -88,6 +88,14 @@ pub fn made_before(set: &mut StorageSet, visit: impl FnOnce(&mut StorageSet)) {
     set.made_before(true, visit)
 }
 
+/// Visits a derived value's fields on a stack grown as needed (as rustc grows its own for deep
+/// syntax trees): a derived type nested deeply in a kept value, such as a long list of boxed
+/// nodes, would otherwise overflow the thread's stack before its own drop would.
+#[inline]
+pub fn deeper(set: &mut StorageSet, visit: impl FnOnce(&mut StorageSet)) {
+    stacker::maybe_grow(128 * 1024, 2 * 1024 * 1024, || visit(set))
+}
+
 /// A value handed back by a scope, wrapped for autoref specialisation: arguments of a type
 /// without [`Tensors`] are skipped (and named in the report) instead of refused.
 #[allow(missing_debug_implementations)]
