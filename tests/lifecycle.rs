@@ -295,3 +295,50 @@ fn a_scope_kept_in_a_thread_local_ends_with_its_thread() {
     });
     assert!(thread.join().is_ok());
 }
+
+#[gpu_scope::gpu_scope(name = "cleanup")]
+fn scoped_cleanup(t: &Tensor) -> i64 {
+    t.size()[0]
+}
+
+/// Runs scoped code from its destructor, after the thread's gpu-scope state is gone (the
+/// thread-local is first used before any scope, so it is destroyed after gpu-scope's).
+struct Cleanup(Tensor, std::sync::mpsc::Sender<String>);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        // The attribute's scope (default policy: panic) runs the body unscoped and warns.
+        let size = scoped_cleanup(&self.0);
+        let entered = Scope::enter(strict("late")).map(|s| s.exit(&()));
+        let said = match entered {
+            Err(e @ Error::ThreadEnding) => e.to_string(),
+            other => format!("unexpected: {other:?}"),
+        };
+        gpu_scope::keep(&self.0);
+        let last = gpu_scope::last_report().map(|r| r.name);
+        let _ = self.1.send(format!("{size} {last:?} {}", said));
+    }
+}
+
+thread_local! {
+    static CLEANUP: std::cell::RefCell<Option<Cleanup>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Scoped code in a thread-local's destructor neither aborts nor panics: a scope cannot be
+/// opened there, and the error says why.
+#[test]
+fn scopes_entered_while_the_thread_ends_are_refused_without_aborting() {
+    let (send, said) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let t = floats(4);
+        CLEANUP.with(|c| *c.borrow_mut() = Some(Cleanup(t, send)));
+        // The thread's first scope, after the thread-local was made.
+        assert_eq!(scoped_cleanup(&floats(2)), 2);
+    });
+    assert!(thread.join().is_ok());
+    let said = said.recv().expect("the destructor ran");
+    assert!(
+        said.starts_with("4 None gpu-scope: a scope was entered while its thread was ending"),
+        "{said}"
+    );
+}

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{child, floats, in_child, strict};
-use gpu_scope::{scope, EscapePolicy, ScopeOptions};
+use gpu_scope::{scope, Error, EscapePolicy, Scope, ScopeOptions};
 use std::sync::Mutex;
 use tch::{Device, Kind, Tensor};
 
@@ -291,6 +291,65 @@ fn warn_with_a_subscriber_is_a_tracing_event() {
         .collect();
     assert_eq!(events.len(), 2, "one event per escape: {stdout}");
     assert!(!stderr.contains("escaped scope"), "{stderr}");
+}
+
+/// Every exit is a DEBUG event with the report's JSON, checked or not; a scope that its
+/// enclosing scope ended has no exit of its own to report (nor a `last_report`).
+#[test]
+fn every_exit_is_a_debug_event() {
+    if in_child() {
+        tracing_subscriber::fmt()
+            .with_writer(std::io::stdout)
+            .with_ansi(false)
+            .with_max_level(tracing::Level::DEBUG)
+            .init();
+        let _ = scope(ScopeOptions::new("checked"), || drop(floats(2)));
+        let _ = Scope::enter(ScopeOptions::new("abandoned"))
+            .unwrap()
+            .abandon();
+        drop(Scope::enter(ScopeOptions::new("dropped")).unwrap());
+        let _ = std::panic::catch_unwind(|| {
+            scope(ScopeOptions::new("panicked"), || -> () {
+                panic!("in the body")
+            })
+        });
+        let outer = Scope::enter(ScopeOptions::new("outer")).unwrap();
+        let inner = Scope::enter(ScopeOptions::new("inner")).unwrap();
+        outer.exit(&()).unwrap();
+        assert!(matches!(
+            inner.exit(&()),
+            Err(Error::EndedByEnclosing { .. })
+        ));
+        println!("last: {}", gpu_scope::last_report().unwrap().name);
+        return;
+    }
+    let out = child("every_exit_is_a_debug_event", &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let exited: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("DEBUG") && l.contains("exited"))
+        .filter_map(|l| l.split('`').nth(1))
+        .filter(|name| *name != "warm-up")
+        .collect();
+    let expected = ["checked", "abandoned", "dropped", "panicked", "outer"];
+    assert_eq!(exited, expected, "{stdout}");
+    let checked = stdout
+        .lines()
+        .find(|l| l.contains("scope `checked` exited"));
+    let json = checked
+        .and_then(|l| l.split_once("report="))
+        .map(|(_, j)| j);
+    let json: serde_json::Value = serde_json::from_str(json.unwrap_or("")).expect("JSON");
+    assert_eq!(
+        (&json["name"], &json["freed"]),
+        (&"checked".into(), &common::block(8).into())
+    );
+    assert!(stdout.contains("last: outer"), "{stdout}");
 }
 
 /// The environment's words, in any case and with spaces around them.

@@ -38,6 +38,9 @@ pub enum Error {
         /// The most scopes that may be nested.
         limit: usize,
     },
+    /// The scope was entered while its thread was ending (in a thread-local's destructor),
+    /// after gpu-scope's state for the thread was gone; the scope was not opened.
+    ThreadEnding,
 }
 
 impl Error {
@@ -94,6 +97,12 @@ impl fmt::Display for Error {
                 f,
                 "gpu-scope: more than {limit} scopes would be nested on this thread; open the \
                  scope around a recursion rather than inside it"
+            ),
+            Error::ThreadEnding => write!(
+                f,
+                "gpu-scope: a scope was entered while its thread was ending (in a thread-local's \
+                 destructor), after gpu-scope's state for the thread was gone: it cannot track \
+                 anything there and was not opened. Do that work before the thread ends"
             ),
         }
     }

@@ -18,7 +18,9 @@ thread_local! {
 /// back to [`restore`].
 pub(crate) fn off(at: Place) -> c_int {
     install_hint();
-    OFF.with(|o| o.borrow_mut().push(at));
+    // Not during the thread's end, when the list may be gone already (the hint then names
+    // fewer places).
+    let _ = OFF.try_with(|o| o.borrow_mut().push(at));
     set(0)
 }
 

@@ -68,6 +68,9 @@ impl OpenScope {
         if let Some(device) = opts.device {
             check_device(device)?;
         }
+        if !thread::alive() {
+            return Err(Error::ThreadEnding);
+        }
         LazyLock::force(&EPOCH);
         ffi::attach_tracker();
         let mut scope = OpenScope {
@@ -219,7 +222,12 @@ impl OpenScope {
         if !report.escaped.is_empty() && !self.attributed && attribution() == Attribution::OnLeak {
             sites::leaked(self.opts.location);
         }
-        report::set_last(&report);
+        // Ended by an enclosing scope already, it has no exit of its own to report.
+        if closed.ended {
+            // Every exit, checked or not (a panic, a dropped guard, `abandon`).
+            tracing::debug!(target: "gpu_scope", report = %report.to_json(), "scope `{}` exited", report.name);
+            report::set_last(&report);
+        }
         report
     }
 

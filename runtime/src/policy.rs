@@ -12,7 +12,6 @@ use std::sync::{LazyLock, Mutex};
 #[inline]
 #[track_caller]
 pub(crate) fn act(policy: EscapePolicy, report: ScopeReport) -> Result<ScopeReport, Error> {
-    tracing::debug!(target: "gpu_scope", report = %report.to_json(), "scope `{}` exited", report.name);
     if !report.failed() {
         return Ok(report);
     }
@@ -47,11 +46,13 @@ fn failed(policy: EscapePolicy, report: ScopeReport) -> Result<ScopeReport, Erro
 /// under `error` the caller gets the error; otherwise, after a panic (`panic`: unless one is
 /// unwinding) or a warning, the code goes on (unscoped, when entering failed). `ignore` is
 /// about escapes: bad input still warns, as code that runs unscoped is checked by nobody.
+/// A thread that is ending only warns: a panic in a thread-local's destructor aborts.
 #[track_caller]
 pub(crate) fn bad_input(opts: &ScopeOptions, error: Error) -> Result<(), Error> {
+    let ending = matches!(error, Error::ThreadEnding);
     match opts.policy() {
         EscapePolicy::Error => return Err(error),
-        EscapePolicy::Panic if !std::thread::panicking() => panic!("{error}"),
+        EscapePolicy::Panic if !std::thread::panicking() && !ending => panic!("{error}"),
         EscapePolicy::Panic | EscapePolicy::Warn | EscapePolicy::Ignore => {
             warn(opts.location, &error)
         }

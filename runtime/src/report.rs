@@ -319,7 +319,8 @@ thread_local! {
 
 /// The report of the last scope that exited on this thread (checked or not).
 pub fn last_report() -> Option<ScopeReport> {
-    LAST.with(|l| l.borrow().clone())
+    // None while the thread ends, once the copy is gone.
+    LAST.try_with(|l| l.borrow().clone()).ok().flatten()
 }
 
 pub(crate) fn set_last(report: &ScopeReport) {

@@ -112,6 +112,12 @@ thread_local! {
     };
 }
 
+/// `f` on this thread's state; the default while the thread ends (called from a thread-local's
+/// destructor after this thread's state is gone: no scope is open here then).
+fn with_thread<R: Default>(f: impl FnOnce(&ThreadState) -> R) -> R {
+    THREAD.try_with(f).unwrap_or_default()
+}
+
 /// Puts `frame` on top of this thread's stack; installs the hooks if it was empty, and the
 /// operator callback if `operators` and it is not installed yet.
 pub(crate) fn push(frame: Arc<Frame>, owned: bool, operators: bool) -> Result<Token, Error> {
@@ -131,7 +137,7 @@ fn push_level(
     operators: bool,
     origin: Option<Chain>,
 ) -> Result<Token, Error> {
-    THREAD.with(|t| {
+    let pushed = THREAD.try_with(|t| {
         // Before anything changes (at most one level more than the longest chain below).
         // Every level's chain holds its own frame: 0 only on an empty stack.
         let below = t.stack.borrow().last().map_or(0, |l| l.chain.len());
@@ -197,13 +203,14 @@ fn push_level(
             nodes: ffi::graph_nodes(),
         });
         Ok(token)
-    })
+    });
+    pushed.unwrap_or(Err(Error::ThreadEnding))
 }
 
 /// The frames above `token` that it owns (innermost first), and the chain below it; `None`
 /// if `token` is not on this thread's stack.
 pub(crate) fn around(token: Token) -> Option<(Vec<Arc<Frame>>, Option<Chain>)> {
-    THREAD.with(|t| {
+    with_thread(|t| {
         let stack = t.stack.borrow();
         let at = stack.iter().rposition(|l| l.token == token)?;
         // Usually on top: nothing above it to collect.
@@ -224,7 +231,7 @@ pub(crate) fn around(token: Token) -> Option<(Vec<Arc<Frame>>, Option<Chain>)> {
 /// Takes `token` and everything above it off this thread's stack; removes the hooks when
 /// the stack is empty. Does nothing if `token` is not on this thread's stack.
 pub(crate) fn pop(token: Token) {
-    THREAD.with(|t| {
+    with_thread(|t| {
         let mut stack = t.stack.borrow_mut();
         let Some(at) = stack.iter().rposition(|l| l.token == token) else {
             return;
@@ -268,7 +275,7 @@ pub(crate) fn pop(token: Token) {
 /// Where graphs made since `token` was pushed begin: this thread (as autograd's nodes record
 /// it) and its count of autograd graph nodes then.
 pub(crate) fn graphs_since(token: Token) -> Option<(u64, u64)> {
-    let nodes = THREAD.with(|t| {
+    let nodes = with_thread(|t| {
         let stack = t.stack.borrow();
         stack.iter().rfind(|l| l.token == token).map(|l| l.nodes)
     })?;
@@ -278,7 +285,7 @@ pub(crate) fn graphs_since(token: Token) -> Option<(u64, u64)> {
 /// Tells the frames of `token` and the levels above it whether autograd graph nodes were made
 /// since they were pushed (before they are checked; popping them tells them too).
 pub(crate) fn settle_graphs(token: Token) {
-    THREAD.with(|t| {
+    with_thread(|t| {
         let stack = t.stack.borrow();
         if let Some(at) = stack.iter().rposition(|l| l.token == token) {
             note_graphs(&stack[at..]);
@@ -289,7 +296,7 @@ pub(crate) fn settle_graphs(token: Token) {
 /// The innermost frame on this thread and the frames it is open in, innermost first: where
 /// it was opened, for a scope carried here.
 pub(crate) fn innermost() -> Option<Chain> {
-    THREAD.with(|t| {
+    with_thread(|t| {
         let stack = t.stack.borrow();
         let top = stack.last()?;
         Some(top.origin.as_ref().unwrap_or(&top.chain).clone())
@@ -298,12 +305,12 @@ pub(crate) fn innermost() -> Option<Chain> {
 
 /// The frames on this thread's stack, innermost first.
 pub(crate) fn chain() -> Option<Chain> {
-    THREAD.with(|t| t.stack.borrow().last().map(|l| l.chain.clone()))
+    with_thread(|t| t.stack.borrow().last().map(|l| l.chain.clone()))
 }
 
 /// Whether operators are attributed on this thread now.
 pub(crate) fn attributing() -> bool {
-    THREAD.with(|t| t.ops.get().is_some())
+    with_thread(|t| t.ops.get().is_some())
 }
 
 /// Whether this thread's state is still there (not while the thread ends).
@@ -313,5 +320,5 @@ pub(crate) fn alive() -> bool {
 
 /// How many frames are on this thread's stack.
 pub(crate) fn depth() -> usize {
-    THREAD.with(|t| t.stack.borrow().len())
+    with_thread(|t| t.stack.borrow().len())
 }

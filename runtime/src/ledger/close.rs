@@ -48,6 +48,8 @@ pub(crate) struct Closed {
     pub kept: Stats,
     pub held: Vec<(Held, DeviceId, u64)>,
     pub escaped: Vec<(Key, Entry)>,
+    /// This close ended the frame (it was open).
+    pub ended: bool,
 }
 
 /// The live entries of a frame, when the check must look at them before closing it: some
@@ -79,6 +81,7 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
             return closed;
         }
         state.open = false;
+        closed.ended = true;
         state.closed_into = enclosing.cloned();
         open_frames(-1);
         std::mem::swap(&mut closed.stats, &mut state.stats);
