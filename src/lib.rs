@@ -31,6 +31,12 @@ pub use gpu_scope_runtime::{
 #[doc(hidden)]
 pub use gpu_scope_runtime::__private;
 
+// What the compiler names when the macros' input is wrong (an option's type, a return type, a
+// guard held across an `.await`): named here, rustc says `gpu_scope::MaxPeak`, not a path into
+// `__private`. Not public API either.
+#[doc(hidden)]
+pub use gpu_scope_runtime::__private::{ErrorReturn, MaxPeak, ScopeGuard};
+
 /// gpu-scope's own bookkeeping, for its tests. Not public API.
 #[doc(hidden)]
 pub use gpu_scope_runtime::__introspect;

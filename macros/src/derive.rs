@@ -12,7 +12,9 @@ false`), on a field or an enum variant that holds no tensors";
 fn skipped(attrs: &[Attribute]) -> syn::Result<bool> {
     let mut skip = None;
     for attr in attrs.iter().filter(|a| a.path().is_ident("tensors")) {
+        let mut said = false;
         attr.parse_nested_meta(|meta| {
+            said = true;
             if !meta.path.is_ident("skip") {
                 return Err(meta.error(ONLY_SKIP));
             }
@@ -32,6 +34,10 @@ fn skipped(attrs: &[Attribute]) -> syn::Result<bool> {
             });
             Ok(())
         })?;
+        if !said {
+            // `#[tensors()]`: nothing to honour, and nothing to say it was ignored.
+            return Err(syn::Error::new_spanned(attr, ONLY_SKIP));
+        }
     }
     Ok(skip.unwrap_or(false))
 }

@@ -20,7 +20,7 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
 /// Output:
 /// ```ignore
 /// {
-///     let exit = Guard::enter(opts);      // the runtime applies the escape policy
+///     let exit = ScopeGuard::enter(opts);      // the runtime applies the escape policy
 ///     let value = { body };               // `?`, `return`, `break` drop the guard: no check
 ///     let mut kept = StorageSet::new();
 ///     Tensors::visit(&value, &mut kept);  // the value and each `keep` entry must implement
@@ -68,7 +68,7 @@ fn rewrite(ScopedBlock { options, block }: ScopedBlock) -> TokenStream {
     // `break`, a panic), which is not the user's concern, so not linted.
     if options.policy() != Some(Policy::Error) {
         return quote_spanned! {span=> {
-            let #exit = ::gpu_scope::__private::Guard::enter(#opts);
+            let #exit = ::gpu_scope::__private::ScopeGuard::enter(#opts);
             #touch
             let #value = #block;
             #[allow(unreachable_code)]
@@ -83,7 +83,7 @@ fn rewrite(ScopedBlock { options, block }: ScopedBlock) -> TokenStream {
     // a type error about the `Result` (and rustc's `.expect()` or `?`) points at the call.
     let result = Ident::new(RESULT, Span::call_site());
     quote_spanned! {span=> {
-        let #result = match ::gpu_scope::__private::Guard::try_enter(#opts) {
+        let #result = match ::gpu_scope::__private::ScopeGuard::try_enter(#opts) {
             ::core::result::Result::Ok(#exit) => {
                 #touch
                 let #value = #block;

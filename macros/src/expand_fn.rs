@@ -25,7 +25,7 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
 /// ```ignore
 /// fn f(&mut self, a: &mut Cache, x: Tensor, s: Arc<Shared>) -> R {
 ///     let shared = share(&s);                 // a weak handle if `s` is an `Arc` or `Rc`
-///     let exit = Guard::enter(opts);
+///     let exit = ScopeGuard::enter(opts);
 ///     let ret = run_body(|| {                 // `return` and `?` end the closure
 ///         let mut x = x; let s = s;           // owned arguments die inside
 ///                                             // (an owned `self`: see `args::take_self`)
@@ -111,7 +111,7 @@ fn returns(
         )
     } else {
         (
-            quote_spanned!(span=> #private::Guard::#enter(#opts)),
+            quote_spanned!(span=> #private::ScopeGuard::#enter(#opts)),
             quote_spanned!(span=> let #ret = #private::run_body(|| #body);),
         )
     };
@@ -242,7 +242,7 @@ fn never_returns(func: &ItemFn, opts: TokenStream) -> TokenStream {
     } else {
         let stmts = &block.stmts;
         quote_spanned! {span=>
-            let #exit = ::gpu_scope::__private::Guard::enter(#opts);
+            let #exit = ::gpu_scope::__private::ScopeGuard::enter(#opts);
             #(#stmts)*
         }
     }

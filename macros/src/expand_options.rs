@@ -54,7 +54,7 @@ pub(crate) fn scope_options(
             // negative one is refused on entry.
             Bytes::Expr(expr) => {
                 let bytes = quote_spanned! {local::at(expr.span())=>
-                    #private::Budget::bytes(#expr)
+                    #private::MaxPeak::bytes(#expr)
                 };
                 quote_spanned!(span=> .max_peak_budget(#bytes))
             }

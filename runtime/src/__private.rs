@@ -24,14 +24,14 @@ pub use tch::Device;
 /// that `scope!` could not see (in a macro's own expansion, such as `tokio::join!`) makes the
 /// task's future not `Send`, so `tokio::spawn` refuses it rather than let it leave its thread.
 #[derive(Debug)]
-pub struct Guard {
+pub struct ScopeGuard {
     scope: Option<OpenScope>,
     _not_send: std::marker::PhantomData<*const ()>,
 }
 
-impl Guard {
-    fn new(scope: Option<OpenScope>) -> Guard {
-        Guard {
+impl ScopeGuard {
+    fn new(scope: Option<OpenScope>) -> ScopeGuard {
+        ScopeGuard {
             scope,
             _not_send: std::marker::PhantomData,
         }
@@ -39,22 +39,22 @@ impl Guard {
 
     /// Enters; if that fails, panics or warns (per the policy) and runs the code unscoped.
     #[track_caller]
-    pub fn enter(opts: ScopeOptions) -> Guard {
+    pub fn enter(opts: ScopeOptions) -> ScopeGuard {
         match OpenScope::enter(opts.clone()) {
-            Ok(scope) => Guard::new(Some(scope)),
+            Ok(scope) => ScopeGuard::new(Some(scope)),
             Err(e) => {
                 let _ = policy::bad_input(&opts, e);
-                Guard::new(None)
+                ScopeGuard::new(None)
             }
         }
     }
 
     /// Enters; `Err` if that fails under `on_escape = error`.
     #[track_caller]
-    pub fn try_enter(opts: ScopeOptions) -> Result<Guard, Error> {
+    pub fn try_enter(opts: ScopeOptions) -> Result<ScopeGuard, Error> {
         match OpenScope::enter(opts.clone()) {
-            Ok(scope) => Ok(Guard::new(Some(scope))),
-            Err(e) => policy::bad_input(&opts, e).map(|()| Guard::new(None)),
+            Ok(scope) => Ok(ScopeGuard::new(Some(scope))),
+            Err(e) => policy::bad_input(&opts, e).map(|()| ScopeGuard::new(None)),
         }
     }
 
@@ -131,13 +131,13 @@ impl<T: ?Sized> ViaOpaque for &Root<'_, T> {
                not `{Self}`",
     label = "not an integer"
 )]
-pub trait Budget {
+pub trait MaxPeak {
     fn bytes(self) -> Result<u64, i128>;
 }
 
 macro_rules! budget {
     ($($t:ty),*) => {
-        $(impl Budget for $t {
+        $(impl MaxPeak for $t {
             fn bytes(self) -> Result<u64, i128> {
                 match i128::try_from(self) {
                     Ok(bytes) if bytes < 0 => Err(bytes),
