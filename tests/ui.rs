@@ -7,3 +7,19 @@ fn ui() {
     t.compile_fail("ui-tests/fail/*.rs");
     t.pass("ui-tests/pass/*.rs");
 }
+
+/// No expected error names what the macros generate: `__private` paths or `__gpu_scope` names.
+#[test]
+fn errors_name_only_what_the_user_wrote() {
+    let mut named = Vec::new();
+    for entry in std::fs::read_dir("ui-tests/fail").expect("the ui cases") {
+        let path = entry.expect("a ui case").path();
+        if path.extension().is_some_and(|e| e == "stderr") {
+            let text = std::fs::read_to_string(&path).expect("readable");
+            if text.contains("__private") || text.contains("__gpu_scope") {
+                named.push(path.display().to_string());
+            }
+        }
+    }
+    assert!(named.is_empty(), "generated names in {named:?}");
+}
