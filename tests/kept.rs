@@ -558,3 +558,54 @@ fn kept_by_an_enclosing_scope_from_inside_a_nested_one() {
         }
     }
 }
+
+/// tch's dataset and a store's variables are searched field by field: kept exactly.
+#[test]
+fn a_dataset_and_a_stores_variables_are_kept() {
+    let (_data, r) = clean(scope(strict("dataset"), || tch::vision::dataset::Dataset {
+        train_images: floats(6),
+        train_labels: floats(2),
+        test_images: floats(3),
+        test_labels: floats(1),
+        labels: 10,
+    }));
+    assert_eq!(
+        on(&r).kept,
+        block(24) + block(8) + block(12) + block(4),
+        "{r}"
+    );
+    let vs = nn::VarStore::new(device());
+    let scope = Scope::enter(strict("variables")).unwrap();
+    let _layer = nn::linear(vs.root() / "layer", 3, 2, Default::default());
+    let r = scope.exit(&*vs.variables_.lock().unwrap()).unwrap();
+    assert!(r.is_clean(), "{r}");
+    assert_eq!(on(&r).kept, block(24) + block(8), "{r}");
+}
+
+/// tch's data iterators keep their tensors private: memory only they keep is not inspected,
+/// never escaped; one borrowed from before the scope holds nothing the scope made.
+#[test]
+fn tchs_data_iterators_are_not_inspected() {
+    let (_iter, r) = scope(strict("iterator"), || {
+        let (xs, ys) = (floats(8), floats(8));
+        tch::data::Iter2::new(&xs, &ys, 2)
+    })
+    .unwrap();
+    assert!(r.escaped.is_empty(), "{r}");
+    assert_eq!(r.uninspected_kept, ["tch::data::Iter2"], "{r}");
+    assert_eq!(r.held_by(HeldBy::Uninspected), block(32) + block(32), "{r}");
+    let outer = tch::data::Iter2::new(&floats(8), &floats(8), 2);
+    let err = batches_leaking(&outer).unwrap_err();
+    let r = err.report().expect("an escape");
+    assert_eq!(r.escaped.len(), 1, "{r}");
+    assert!(r.uninspected_kept.is_empty(), "{r}");
+    LEAKED.lock().unwrap().clear();
+}
+
+static LEAKED: std::sync::Mutex<Vec<Tensor>> = std::sync::Mutex::new(Vec::new());
+
+#[gpu_scope::gpu_scope(on_escape = error)]
+fn batches_leaking(_iter: &tch::data::Iter2) -> Result<(), gpu_scope::Error> {
+    LEAKED.lock().unwrap().push(floats(2));
+    Ok(())
+}

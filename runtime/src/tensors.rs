@@ -378,6 +378,39 @@ impl Tensors for tch::nn::VarStore {
     }
 }
 
+/// A `VarStore`'s variables (its `variables_`), kept as the store is.
+impl Tensors for tch::nn::Variables {
+    fn visit(&self, set: &mut StorageSet) {
+        set.var_store = true;
+        for t in self.named_variables.values() {
+            set.add_tensor(t);
+        }
+        for v in &self.trainable_variables {
+            set.add_tensor(&v.tensor);
+        }
+    }
+}
+
+/// tch keeps these data types' tensors private: a scope cannot list them. Kept, memory nothing
+/// else keeps is reported as not inspected rather than escaped; one the scope did not make
+/// (borrowed shared) holds nothing the scope made.
+macro_rules! private_data {
+    ($($t:ty),* $(,)?) => {
+        $(impl Tensors for $t {
+            fn visit(&self, set: &mut StorageSet) {
+                if !set.made_before {
+                    set.add_uninspected(std::any::type_name::<$t>());
+                }
+            }
+        })*
+    };
+}
+private_data!(
+    tch::data::Iter2,
+    tch::data::TextData,
+    tch::data::TextDataIter
+);
+
 /// The parameters and their gradients. The optimizer's own state (Adam's moments, momentum
 /// buffers) is private to libtorch; a scope recognises it when it is made (see the README).
 impl Tensors for tch::nn::Optimizer {
@@ -590,6 +623,7 @@ macro_rules! fields {
     };
 }
 fields!(
+    tch::vision::dataset::Dataset => [train_images, train_labels, test_images, test_labels],
     tch::nn::Linear => [ws, bs],
     tch::nn::Embedding => [ws],
     tch::nn::BatchNorm => [running_mean, running_var, ws, bs],
