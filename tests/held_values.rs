@@ -244,6 +244,25 @@ fn keep_forever_inside_a_nested_scope_shows_in_both() {
 
 static FOREVER: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
 
+/// An open scope counts what `keep_forever` took out of it per device (its line's bytes and
+/// allocations), not a record per call: a long-lived scope calling it in a loop grows nothing.
+#[test]
+fn keep_forever_in_a_loop_is_counted_per_device() {
+    let _serial = common::serial();
+    let (_, outer) = scope(strict("epoch"), || {
+        for _ in 0..1000 {
+            let t = floats(2);
+            keep_forever(&t);
+        }
+    })
+    .unwrap();
+    assert!(outer.is_clean(), "{outer}");
+    let line = outer.held.iter().find(|h| h.by == HeldBy::KeptForever);
+    let line = line.expect("a kept-forever line");
+    assert_eq!((line.bytes, line.count), (1000 * block(8), 1000), "{outer}");
+    adds_up(&outer);
+}
+
 #[test]
 fn keep_hands_a_value_to_the_enclosing_scope_only() {
     let _serial = common::serial();

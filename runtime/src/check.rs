@@ -16,7 +16,7 @@ pub(crate) struct Check<'a> {
     /// and of a kept optimizer's variables (`StorageSet::optimized`, or given to `keep`).
     gradients: FxHashSet<(DeviceId, u64)>,
     /// autocast's cached casts that clearing its cache freed.
-    autocast: Vec<(HeldBy, DeviceId, u64)>,
+    autocast: Vec<ledger::HeldLine>,
     /// Autograd graph nodes were made while the scope ran, and a kept tensor has a graph not
     /// made before the scope: it may hold some of its allocations. Otherwise no graph can.
     graph: bool,
@@ -78,14 +78,14 @@ impl<'a> Check<'a> {
             check.autocast = candidates
                 .iter()
                 .filter(|(key, _)| ledger::with_entry(*key, |_| ()).is_none())
-                .map(|&(key, bytes)| (HeldBy::AutocastCache, key.1, bytes))
+                .map(|&(key, bytes)| (HeldBy::AutocastCache, key.1, bytes, 1))
                 .collect();
         }
         check
     }
 
     /// The cached casts freed by clearing autocast's cache, to report on their own line.
-    pub(crate) fn autocast_freed(&self) -> Vec<(HeldBy, DeviceId, u64)> {
+    pub(crate) fn autocast_freed(&self) -> Vec<ledger::HeldLine> {
         self.autocast.clone()
     }
 }

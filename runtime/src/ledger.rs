@@ -28,7 +28,7 @@ mod frame;
 pub(crate) mod spare;
 
 use close::open_chain;
-pub(crate) use close::{close, entries_to_inspect, Closed, Fate, Judge, KeepAll};
+pub(crate) use close::{close, entries_to_inspect, Closed, Fate, HeldLine, Judge, KeepAll};
 use frame::Owned;
 pub(crate) use frame::{Frame, BLIND, BLIND_KEPT, GRAPH, PARKED};
 
@@ -481,7 +481,12 @@ pub(crate) fn untrack(keys: impl IntoIterator<Item = Key>) {
         for frame in entry.chain.iter().flat_map(|c| c.iter()) {
             let mut state = frame.lock();
             if state.open {
-                state.forever.push((key.1, entry.bytes));
+                match state.forever.iter_mut().find(|(d, ..)| *d == key.1) {
+                    Some((_, bytes, count)) => {
+                        (*bytes, *count) = (*bytes + entry.bytes, *count + 1)
+                    }
+                    None => state.forever.push((key.1, entry.bytes, 1)),
+                }
             }
         }
         release(key, entry, false);

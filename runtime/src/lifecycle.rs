@@ -473,19 +473,19 @@ fn other_scope(
 
 /// Sums the held allocations by what holds them and by device.
 #[inline(never)]
-fn group_held(held: &[(HeldBy, DeviceId, u64)]) -> Vec<Held> {
+fn group_held(held: &[ledger::HeldLine]) -> Vec<Held> {
     let mut groups: Vec<Held> = Vec::new();
-    for &(by, device, bytes) in held {
+    for &(by, device, bytes, count) in held {
         match groups.iter_mut().find(|h| h.by == by && h.device == device) {
             Some(h) => {
                 h.bytes += bytes;
-                h.count += 1;
+                h.count += count;
             }
             None => groups.push(Held {
                 by,
                 device,
                 bytes,
-                count: 1,
+                count,
             }),
         }
     }

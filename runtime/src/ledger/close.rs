@@ -38,6 +38,9 @@ impl Judge for KeepAll {
     }
 }
 
+/// Memory held on purpose: what holds it, on which device, its bytes and allocations.
+pub(crate) type HeldLine = (Held, DeviceId, u64, u64);
+
 /// What became of a frame.
 #[derive(Debug, Default)]
 pub(crate) struct Closed {
@@ -46,7 +49,7 @@ pub(crate) struct Closed {
     pub stats: Stats,
     /// Bytes handed on as kept, for all devices and per device.
     pub kept: Stats,
-    pub held: Vec<(Held, DeviceId, u64)>,
+    pub held: Vec<HeldLine>,
     pub escaped: Vec<(Key, Entry)>,
     /// This close ended the frame (it was open).
     pub ended: bool,
@@ -89,7 +92,7 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
             let forever = std::mem::take(&mut state.forever);
             closed.held = forever
                 .into_iter()
-                .map(|(device, bytes)| (Held::KeptForever, device, bytes))
+                .map(|(device, bytes, count)| (Held::KeptForever, device, bytes, count))
                 .collect();
         }
         let late = match state.parked.is_empty() {
@@ -208,7 +211,7 @@ impl Closing<'_> {
                 c.allocations += 1;
                 c.gain(bytes)
             }),
-            Fate::Held(held) => closed.held.push((held, key.1, bytes)),
+            Fate::Held(held) => closed.held.push((held, key.1, bytes, 1)),
             Fate::Escaped if self.enclosing.is_some() => closed.escaped.push((key, entry.copy())),
             Fate::Escaped => {}
         }

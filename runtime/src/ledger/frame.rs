@@ -133,8 +133,9 @@ pub(crate) struct FrameState {
     /// of the variables of an optimizer given to `keep` (a step whose backward ran in other
     /// scopes). (The live gradients are looked at by the check.)
     pub gradients: FxHashSet<(DeviceId, u64)>,
-    /// Blocks charged to it that `keep_forever` took out of tracking while it was open.
-    pub(super) forever: Vec<(DeviceId, u64)>,
+    /// Blocks charged to it that `keep_forever` took out of tracking while it was open: bytes
+    /// and count per device (a total: an open scope calling it in a loop grows nothing).
+    pub(super) forever: Vec<(DeviceId, u64, u64)>,
     /// Values given to `keep` or `keep_forever` while it was open that could not be looked
     /// into: its check counts what nothing kept as not inspected, as for such a value handed
     /// back.
