@@ -50,6 +50,44 @@ fn warn_without_a_subscriber_writes_stderr_without_flooding() {
     assert!(again[2].contains("8 times"), "{stderr}");
 }
 
+/// A place that fails by turns over its budget and by an escape shows each kind in full once,
+/// then counts its failures of either kind.
+#[test]
+fn warn_counts_every_failure_of_a_place() {
+    if in_child() {
+        for i in 0..8 {
+            let opts = ScopeOptions::new("by turns").on_escape(EscapePolicy::Warn);
+            let _ = scope(opts.max_peak(16), || match i % 2 {
+                0 => SINK.lock().unwrap().push(floats(1)),
+                _ => drop(floats(64)),
+            });
+        }
+        return;
+    }
+    let out = child("warn_counts_every_failure_of_a_place", &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        stderr.matches("escaped scope `by turns`").count(),
+        1,
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("scope `by turns` peaked at").count(),
+        1,
+        "{stderr}"
+    );
+    let again: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("failed its check again"))
+        .collect();
+    assert_eq!(again.len(), 2, "at the 4th and 8th failure: {stderr}");
+    assert!(
+        again[0].contains("(4 times") && again[1].contains("(8 times"),
+        "{stderr}"
+    );
+}
+
 /// Under the release default (`on-leak`) the first report is found without attribution and
 /// says the next one names operators and shapes: that next one is shown in full too.
 #[test]
@@ -200,6 +238,25 @@ fn bad_values_are_reported_at_the_first_scope() {
         let said = format!("{name}=\"bogus\" is not one of");
         assert_eq!(stderr.matches(&said).count(), 1, "{stderr}");
     }
+    // A value that is not UTF-8 is no accepted word: reported, not ignored in silence.
+    use std::os::unix::ffi::OsStrExt;
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "bad_values_are_reported_at_the_first_scope",
+            "--nocapture",
+        ])
+        .env(common::CHILD, "1")
+        .env(
+            "GPU_SCOPE_BACKTRACE",
+            std::ffi::OsStr::from_bytes(b"on\xff"),
+        )
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let said = "GPU_SCOPE_BACKTRACE=\"on\u{fffd}\" is not one of";
+    assert_eq!(stderr.matches(said).count(), 1, "{stderr}");
 }
 
 /// Keeping a tensor that has an autograd graph used to read `.grad` of non-leaf tensors,

@@ -39,7 +39,8 @@ pub(crate) fn warn_once(message: &str) {
 
 /// The variable's value, if set to one of `accepted` (compared without case or space).
 fn word(name: &str, accepted: &[&'static str]) -> Option<&'static str> {
-    let value = std::env::var(name).ok()?;
+    // A value that is not UTF-8 is no accepted word either: reported, not silently ignored.
+    let value = std::env::var_os(name)?.to_string_lossy().into_owned();
     let wanted = value.trim().to_ascii_lowercase();
     let found = accepted.iter().copied().find(|w| *w == wanted);
     if found.is_none() {

@@ -70,30 +70,37 @@ fn warn(location: &'static Location<'static>, error: &Error) {
     if has_subscriber {
         return;
     }
-    // Counted per place and kind of failure: an escape is shown in full the first time even
-    // where the budget was exceeded before. The first escape found with operators and shapes
-    // is shown in full too: a report found without them promised it ("the next scope here
-    // names operators and shapes").
-    type Counts = HashMap<(&'static str, u32, u32, Discriminant<Error>), (u64, bool)>;
-    static SEEN: LazyLock<Mutex<Counts>> = LazyLock::new(Default::default);
-    let key = (
-        location.file(),
-        location.line(),
-        location.column(),
-        std::mem::discriminant(error),
-    );
+    // Counted per place: the full text the first time each kind of failure happens there (an
+    // escape is shown in full even where the budget was exceeded before), and the first time
+    // an escape is found with operators and shapes (a report found without them promised
+    // it: "the next scope here names operators and shapes"); the count says how many failures
+    // of any kind the place had.
+    #[derive(Default)]
+    struct Seen {
+        count: u64,
+        kinds: Vec<Discriminant<Error>>,
+        shown_attributed: bool,
+    }
+    type Places = HashMap<(&'static str, u32, u32), Seen>;
+    static SEEN: LazyLock<Mutex<Places>> = LazyLock::new(Default::default);
+    let key = (location.file(), location.line(), location.column());
     let attributed = error
         .report()
         .is_some_and(|r| r.attributed && !r.escaped.is_empty());
-    let (count, first_attributed) = {
+    let (count, full) = {
         let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
-        let (count, shown_attributed) = seen.entry(key).or_insert((0, false));
-        *count += 1;
-        let first = attributed && !*shown_attributed;
-        *shown_attributed |= attributed;
-        (*count, first)
+        let seen = seen.entry(key).or_default();
+        seen.count += 1;
+        let kind = std::mem::discriminant(error);
+        let new_kind = !seen.kinds.contains(&kind);
+        if new_kind {
+            seen.kinds.push(kind);
+        }
+        let first_attributed = attributed && !seen.shown_attributed;
+        seen.shown_attributed |= attributed;
+        (seen.count, new_kind || first_attributed)
     };
-    if count == 1 || first_attributed {
+    if full {
         eprintln!("{error}");
     } else if count.is_power_of_two() {
         eprintln!(

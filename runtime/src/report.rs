@@ -24,7 +24,8 @@ impl fmt::Display for Bytes {
         const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
         let mut value = self.0 as f64;
         let mut unit = 0;
-        while value >= 1024.0 && unit + 1 < UNITS.len() {
+        // Past the unit when the value would print as 1024.00 of it (1 MiB less a byte).
+        while unit + 1 < UNITS.len() && (value >= 1024.0 || unit > 0 && value >= 1023.995) {
             value /= 1024.0;
             unit += 1;
         }
@@ -635,6 +636,22 @@ mod tests {
             attributed: escapes == 0,
             started: Duration::from_micros(escapes as u64),
             elapsed: Duration::from_micros(9),
+        }
+    }
+
+    /// Each count in the largest unit it is 1 or more of, once rounded.
+    #[test]
+    fn byte_counts_print_in_their_unit() {
+        let cases = [
+            (1023, "1023 B"),
+            (1536, "1.50 KiB"),
+            ((1 << 20) - 1, "1.00 MiB"),
+            ((1 << 20) - 6000, "1018.14 KiB"),
+            ((1 << 30) - 1, "1.00 GiB"),
+            (u64::MAX, "16777216.00 TiB"),
+        ];
+        for (bytes, text) in cases {
+            assert_eq!(Bytes(bytes).to_string(), text);
         }
     }
 
