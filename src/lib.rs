@@ -35,7 +35,7 @@ pub use gpu_scope_runtime::__private;
 // guard held across an `.await`): named here, rustc says `gpu_scope::MaxPeak`, not a path into
 // `__private`. Not public API either.
 #[doc(hidden)]
-pub use gpu_scope_runtime::__private::{ErrorReturn, MaxPeak, ScopeGuard};
+pub use gpu_scope_runtime::__private::{ErrorReturn, MaxPeak, ScopeGuard, ScopeName};
 
 /// gpu-scope's own bookkeeping, for its tests. Not public API.
 #[doc(hidden)]

@@ -21,7 +21,7 @@ pub(crate) fn scope_options(
         // and an argument named here stays the body's. A string of any kind (`&str`,
         // `String`, `Cow<str>`, ...); not a number or anything else that merely displays.
         Some(Name::Expr(expr)) => quote_spanned! {local::at(expr.span())=>
-            #private::ToOwned::to_owned(#private::AsRef::<str>::as_ref(&#expr))
+            #private::ScopeName::scope_name(&#expr)
         },
     };
     let mut out = quote_spanned!(span=> #private::ScopeOptions::new(#name));

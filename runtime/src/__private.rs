@@ -1,9 +1,10 @@
 //! Support for generated code, re-exported as `gpu_scope::__private`. Not public API: the
 //! macros' expansions call only what is here (and `::core`).
 //!
-//! Nothing here may show up in a user's compile errors: what generated code requires of user
-//! types is required through public traits (`Tensors`) or std ones (`From`, `TryFrom`,
-//! `AsRef<str>`).
+//! Nothing here may show up under this path in a user's compile errors: what generated code
+//! requires of user types is required through public traits (`Tensors`), std ones (`From`,
+//! `TryFrom`), or the traits the crate root re-exports for rustc to name (`MaxPeak`,
+//! `ScopeName`, `ErrorReturn`), each with its own message.
 use crate::lifecycle::OpenScope;
 use crate::{policy, Error};
 use std::rc::Rc;
@@ -12,8 +13,6 @@ use std::sync::Arc;
 pub use crate::future::{Finish, ScopeFuture};
 pub use crate::options::{EscapePolicy, ReleasePolicy, ScopeOptions};
 pub use crate::tensors::{StorageSet, Tensors};
-pub use std::borrow::ToOwned;
-pub use std::convert::AsRef;
 pub use tch::Device;
 
 /// The scope of `#[gpu_scope]` and `scope!`. It decides, from the scope's options, what a
@@ -149,6 +148,24 @@ macro_rules! budget {
     };
 }
 budget!(u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize);
+
+/// What `name = <expr>` takes: a string of any kind (`&str`, `String`, `Cow<str>`, ...), read
+/// through a borrow; not a number or anything else that merely displays.
+#[diagnostic::on_unimplemented(
+    message = "a scope's name is a string (`&str`, `String`, `Cow<str>`), not `{Self}`: write \
+               `name = \"step\"` or a string expression such as `name = format!(\"step {{i}}\")`",
+    label = "not a string"
+)]
+pub trait ScopeName {
+    fn scope_name(&self) -> String;
+}
+
+#[diagnostic::do_not_recommend]
+impl<T: AsRef<str> + ?Sized> ScopeName for T {
+    fn scope_name(&self) -> String {
+        self.as_ref().to_owned()
+    }
+}
 
 /// The return type of a function under `on_escape = error`: a `Result`, to carry the escape.
 #[diagnostic::on_unimplemented(
