@@ -65,14 +65,19 @@ fn parse() -> Result<run::Config, String> {
     }
     // A missing device is one clear line here, not a libtorch dispatcher dump later.
     gpu_scope::memory_stats(cfg.device).map_err(|e| e.to_string())?;
+    // A path the trace cannot be written to is one line now, not after the whole run.
     if let Some(trace) = &cfg.trace {
         let dir = trace.parent().filter(|d| !d.as_os_str().is_empty());
-        if dir.is_some_and(|d| !d.is_dir()) {
-            return Err(format!(
-                "--trace {}: the folder {} does not exist",
-                trace.display(),
-                dir.unwrap().display()
-            ));
+        let problem = match dir {
+            _ if trace.is_dir() => Some("is a folder: name a file in it".to_owned()),
+            Some(d) if d.exists() && !d.is_dir() => {
+                Some(format!("{} is not a folder", d.display()))
+            }
+            Some(d) if !d.exists() => Some(format!("the folder {} does not exist", d.display())),
+            _ => None,
+        };
+        if let Some(problem) = problem {
+            return Err(format!("--trace {}: {problem}", trace.display()));
         }
     }
     cfg.progress &= cfg.rounds > 5;
