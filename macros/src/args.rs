@@ -189,10 +189,13 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, body: &TokenStream, args: &
                 // the argument to be searched after.
                 if let Pat::Ident(p) = pat {
                     let mutability = p.mutability.take();
-                    // The body may mention the name only as something else (`p.xs`).
+                    // The body may mention the name only as something else (`p.xs`): the
+                    // borrow after it uses the reborrow, without a lint `allow` on a
+                    // statement with the user's tokens (the user's `mut`, moved here, is
+                    // still linted as on the argument).
                     args.rebinds.push(quote_spanned! {Span::mixed_site()=>
-                        #[allow(unused_variables, unused_mut)]
                         let #mutability #name = &mut *#name;
+                        let _ = &#name;
                     });
                 }
             }
