@@ -109,3 +109,31 @@ fn tensors_freed_on_another_thread_count_as_freed() {
     drop(to_dropper);
     dropper.join().unwrap();
 }
+
+/// Blocks that a consumer thread frees while their producer's scope is ending count as freed
+/// (or, still alive when judged, as escaped): never as another scope's, with no handle used.
+#[test]
+fn blocks_freed_on_another_thread_while_their_scope_ends_count_as_freed() {
+    let _serial = serial();
+    for round in 0..300 {
+        let (send, received) = mpsc::channel::<Tensor>();
+        let consumer = std::thread::spawn(move || received.iter().for_each(drop));
+        let opts = strict("producer").on_escape(gpu_scope::EscapePolicy::Ignore);
+        let (_, r) = gpu_scope::scope(opts, || {
+            for _ in 0..50 {
+                send.send(floats(7)).unwrap();
+            }
+        })
+        .unwrap();
+        drop(send);
+        consumer.join().unwrap();
+        assert_eq!(
+            r.held_by(gpu_scope::HeldBy::OtherScope),
+            0,
+            "round {round}: {r}"
+        );
+        let d = on(&r);
+        assert_eq!(d.freed + d.escaped, d.allocated, "round {round}: {r}");
+        assert_eq!(r.freed + r.escaped_bytes, r.allocated, "round {round}: {r}");
+    }
+}

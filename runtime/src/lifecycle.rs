@@ -119,6 +119,10 @@ impl OpenScope {
                     self.since = thread::graphs_since(placed.token);
                 }
                 self.polled_in = thread::around(placed.token).and_then(|(_, below)| below);
+                // The scopes it was polled in were charged for what it owns.
+                for frame in self.polled_in.iter().flat_map(|c| c.iter()) {
+                    frame.note(ledger::CARRIED);
+                }
             }
             self.suspended = true;
             // Scopes still open inside it leave first, giving back their modes.
@@ -323,12 +327,20 @@ impl OpenScope {
             })
             .collect();
         // What the scope was charged for and did not judge: another scope's (see
-        // `HeldBy::OtherScope`).
-        let mut others = Vec::new();
+        // `HeldBy::OtherScope`), where work carried in through a handle ran; otherwise its
+        // own blocks that another thread freed while it was ending, too late to be counted:
+        // freed.
+        let carried = self.frame.noted(ledger::CARRIED);
+        let (mut others, mut freed_late) = (Vec::new(), 0);
         for d in &mut devices {
             let judged = d.freed + d.kept + d.escaped + d.held;
             if let (Some(device), true) = (d.device, d.allocated > judged) {
                 let bytes = d.allocated - judged;
+                if !carried {
+                    d.freed += bytes;
+                    freed_late += bytes;
+                    continue;
+                }
                 others.push(other_scope(
                     closed,
                     device,
@@ -363,7 +375,7 @@ impl OpenScope {
             allocations: total.allocations,
             allocated: total.allocated,
             requested: total.requested,
-            freed: total.freed,
+            freed: total.freed + freed_late,
             peak: total.peak,
             kept: closed.kept.total.live,
             escaped_bytes: escaped.iter().map(|e| e.bytes).sum(),

@@ -90,9 +90,9 @@ pub enum HeldBy {
     KeptForever,
     /// Owned and judged by another scope: work carried into that scope (through its
     /// [`ScopeHandle`](crate::ScopeHandle)) on a thread where this scope was open is charged
-    /// to both. Alive at the exit, or taken out of tracking by that scope's own end. (Also,
-    /// rarely, blocks of its own that another thread freed while the scope was ending, too
-    /// late to count as freed.)
+    /// to both, as is an async scope's work where it was polled. Alive at the exit, or taken
+    /// out of tracking by that scope's own end. (In such a scope, also blocks of its own that
+    /// another thread freed while it was ending; elsewhere those count as freed.)
     OtherScope,
 }
 

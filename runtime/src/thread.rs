@@ -4,7 +4,7 @@
 //! A frame is on a thread's stack either because the scope was opened here (owned) or because
 //! it was carried here (an async scope being polled, or a [`ScopeHandle`](crate::ScopeHandle)
 //! running a closure): borrowed. Only the scope that owns a frame closes it.
-use crate::ledger::{self, Chain, Frame, BLIND, GRAPH};
+use crate::ledger::{self, Chain, Frame, BLIND, CARRIED, GRAPH};
 use crate::{ffi, Error};
 use std::cell::{Cell, RefCell};
 use std::sync::{Arc, Mutex};
@@ -189,6 +189,11 @@ fn push_level(
                 }
             }
         };
+        if origin.is_some() {
+            // Carried work (or a scope opened in it): the frames here are charged for
+            // allocations another scope owns.
+            chain.iter().for_each(|f| f.note(CARRIED));
+        }
         if t.hooks.get().is_some_and(|h| h.stepped_aside) {
             // Accelerator allocations made here are not seen: by any scope of the chain.
             chain.iter().for_each(|f| f.note(BLIND));

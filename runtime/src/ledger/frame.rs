@@ -118,6 +118,10 @@ pub(crate) const PARKED: u8 = 4;
 /// A value given to `keep` or `keep_forever` while it was open could not be looked into
 /// (`FrameState::blind_kept`).
 pub(crate) const BLIND_KEPT: u8 = 8;
+/// It was charged for allocations that another scope owns and judges: work carried in through
+/// that scope's handle ran where it was open, or an async scope polled there was taken off
+/// still open.
+pub(crate) const CARRIED: u8 = 16;
 
 #[derive(Debug, Default)]
 pub(crate) struct FrameState {
