@@ -402,10 +402,10 @@ fn every_exit_is_a_debug_event() {
         .and_then(|l| l.split_once("report="))
         .map(|(_, j)| j);
     let json: serde_json::Value = serde_json::from_str(json.unwrap_or("")).expect("JSON");
-    assert_eq!(
-        (&json["name"], &json["freed"]),
-        (&"checked".into(), &common::block(8).into())
-    );
+    // What the body made was freed in it (a device's rows may add a CPU temporary).
+    assert_eq!(json["name"], "checked");
+    assert_eq!(json["freed"], json["allocated"]);
+    assert!(json["freed"].as_u64() >= Some(common::block(8)), "{json}");
     assert!(stdout.contains("last: outer"), "{stdout}");
 }
 
