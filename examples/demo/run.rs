@@ -187,6 +187,10 @@ pub fn run(cfg: &Config, out: &mut dyn Write) -> DemoResult<Outcome> {
     let mut reports = Vec::new();
     for round in 1..=cfg.rounds {
         let show = !cfg.progress || round == 1 || round == cfg.rounds;
+        if cfg.progress && show && round > 1 {
+            // The last round's rows replace the bar on the terminal's line.
+            eprint!("\r{:42}\r", "");
+        }
         for kind in models::ALL {
             let (output, report) = infer(cfg, kind, None)?;
             if show {
@@ -198,7 +202,7 @@ pub fn run(cfg: &Config, out: &mut dyn Write) -> DemoResult<Outcome> {
             drop(output);
             reports.push(report);
         }
-        if cfg.progress {
+        if cfg.progress && round < cfg.rounds {
             let done = round * 30 / cfg.rounds;
             eprint!(
                 "\r[{}{}] {round}/{}",
@@ -206,9 +210,6 @@ pub fn run(cfg: &Config, out: &mut dyn Write) -> DemoResult<Outcome> {
                 " ".repeat(30 - done),
                 cfg.rounds
             );
-            if round == cfg.rounds {
-                eprintln!();
-            }
         }
     }
     let after_switching = memory_stats(cfg.device)?;
