@@ -515,7 +515,8 @@ impl fmt::Display for ScopeReport {
         if !self.opaque_kept.is_empty() {
             writeln!(
                 f,
-                "  hint: kept argument(s) of type {} were not searched as `gpu_scope::Tensors`, \
+                "  hint: kept value(s) of type {} (an argument, or an `impl Trait` return) were \
+                 not searched as `gpu_scope::Tensors`, \
                  so gpu-scope saw no tensors in them; if they hold tensors, add \
                  `#[derive(gpu_scope::Tensors)]` to the type (in a generic function or a trait's \
                  default method, also the bound `T: gpu_scope::Tensors`, or `Self:` for a \
