@@ -32,10 +32,12 @@ pub use gpu_scope_runtime::{
 pub use gpu_scope_runtime::__private;
 
 // What the compiler names when the macros' input is wrong (an option's type, a return type, a
-// guard held across an `.await`): named here, rustc says `gpu_scope::MaxPeak`, not a path into
+// value held across an `.await`): named here, rustc says `MaxPeak`, not a path into
 // `__private`. Not public API either.
 #[doc(hidden)]
-pub use gpu_scope_runtime::__private::{ErrorReturn, MaxPeak, ScopeGuard, ScopeName};
+pub use gpu_scope_runtime::__private::{
+    ErrorReturn, MaxPeak, ScopeGuard, ScopeName, SharedArc, SharedRc,
+};
 
 /// gpu-scope's own bookkeeping, for its tests. Not public API.
 #[doc(hidden)]

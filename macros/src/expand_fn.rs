@@ -104,10 +104,12 @@ fn returns(
     } else {
         quote_spanned!(span=> enter)
     };
-    let (enter, run) = if func.sig.asyncness.is_some() {
+    let (enter, run) = if let Some(asyncness) = func.sig.asyncness {
+        // Where a note says the function's future awaits: at its `async`, not the attribute.
+        let wait = quote_spanned!(asyncness.span=> .await);
         (
             quote_spanned!(span=> #private::ScopeFuture::#enter(#opts, async #body)),
-            quote_spanned!(span=> let (#ret, #exit) = #exit.await;),
+            quote_spanned!(span=> let (#ret, #exit) = #exit #wait;),
         )
     } else {
         (
