@@ -1,6 +1,6 @@
 //! `#[gpu_scope]` on `async fn`: re-entered on every poll, on whichever thread polls.
 mod common;
-use common::{block, floats, on};
+use common::{block, floats, on, strict};
 use gpu_scope::{gpu_scope, Error};
 use std::sync::{Arc, Mutex};
 use tch::Tensor;
@@ -369,3 +369,74 @@ fn a_future_cancelled_on_another_thread_ends_where_it_was_polled() {
 }
 
 static CANCELLED: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
+
+/// Ends the scope it is polled in from inside its own body, while a tensor it made is alive.
+#[gpu_scope::gpu_scope(name = "polled inside")]
+async fn ends_where_it_is_polled(
+    outer: std::rc::Rc<std::cell::RefCell<Option<gpu_scope::Scope>>>,
+) -> gpu_scope::ScopeReport {
+    let made = floats(100);
+    let scope = outer.borrow_mut().take().expect("the outer scope");
+    let report = scope.exit(&()).expect("nothing escaped from it");
+    drop(made);
+    report
+}
+
+/// A scope that an async scope is polled in is charged for what that scope owns: alive at its
+/// end, it is another scope's (that scope judges it), never counted as freed.
+#[tokio::test(flavor = "current_thread")]
+async fn what_an_async_scope_polled_inside_owns_is_another_scopes() {
+    let outer = std::rc::Rc::new(std::cell::RefCell::new(None));
+    let future = ends_where_it_is_polled(outer.clone());
+    *outer.borrow_mut() = Some(gpu_scope::Scope::enter(strict("outer")).unwrap());
+    let report = future.await;
+    assert_eq!(
+        report.held_by(gpu_scope::HeldBy::OtherScope),
+        block(400),
+        "{report}"
+    );
+    assert_eq!(on(&report).freed, 0, "{report}");
+}
+
+thread_local! {
+    static PARKED_FUTURE: std::cell::RefCell<Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// An async scope suspended in a thread-local ends when its thread does, after gpu-scope's own
+/// state for the thread is gone: its frame and what it made leave tracking all the same.
+#[test]
+fn a_suspended_async_scope_in_a_thread_local_ends_with_its_thread() {
+    use std::future::Future;
+    if common::in_child() {
+        std::thread::spawn(|| {
+            // The thread-local first: destroyed after gpu-scope's state.
+            PARKED_FUTURE.with(|_| ());
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            let mut future: std::pin::Pin<Box<dyn Future<Output = ()>>> =
+                Box::pin(leaks_then_waits());
+            assert!(future.as_mut().poll(&mut cx).is_pending());
+            PARKED_FUTURE.with(|f| *f.borrow_mut() = Some(future));
+        })
+        .join()
+        .unwrap();
+        // What it made and leaked is still alive, and tracked by nothing any more.
+        let state = gpu_scope::__introspect::ledger_state();
+        let untracked = state.entries == state.wrapped;
+        println!("frames={} untracked={untracked}", state.frames);
+        CANCELLED.lock().unwrap().clear();
+        return;
+    }
+    let out = common::child(
+        "a_suspended_async_scope_in_a_thread_local_ends_with_its_thread",
+        &[],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Entries left are CPU blocks kept only for how libtorch frees them.
+    assert!(stdout.contains("frames=0 untracked=true"), "{stdout}");
+}

@@ -111,7 +111,8 @@ fn tensors_freed_on_another_thread_count_as_freed() {
 }
 
 /// Blocks that a consumer thread frees while their producer's scope is ending count as freed
-/// (or, still alive when judged, as escaped): never as another scope's, with no handle used.
+/// (or, still alive when judged, as escaped): never as another scope's, its own handle used
+/// elsewhere or not.
 #[test]
 fn blocks_freed_on_another_thread_while_their_scope_ends_count_as_freed() {
     let _serial = serial();
@@ -120,6 +121,9 @@ fn blocks_freed_on_another_thread_while_their_scope_ends_count_as_freed() {
         let consumer = std::thread::spawn(move || received.iter().for_each(drop));
         let opts = strict("producer").on_escape(gpu_scope::EscapePolicy::Ignore);
         let (_, r) = gpu_scope::scope(opts, || {
+            // Its own handle used on another thread charges it with nothing of another scope.
+            let handle = gpu_scope::current().unwrap();
+            std::thread::scope(|s| s.spawn(|| handle.in_scope(|| ())).join().unwrap());
             for _ in 0..50 {
                 send.send(floats(7)).unwrap();
             }

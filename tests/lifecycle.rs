@@ -342,3 +342,45 @@ fn scopes_entered_while_the_thread_ends_are_refused_without_aborting() {
         "{said}"
     );
 }
+
+static LATE: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
+
+/// Opens a leaking scope from its destructor, while the thread ends.
+struct LateLeak(std::sync::mpsc::Sender<(usize, u64)>);
+
+impl Drop for LateLeak {
+    fn drop(&mut self) {
+        let opts = strict("late leak").on_escape(EscapePolicy::Ignore);
+        let (_, r) = scope(opts, || LATE.lock().unwrap().push(floats(3) + 1)).unwrap();
+        let failures = gpu_scope::__introspect::ledger_state().callback_failures;
+        let _ = self.0.send((r.escaped.len(), failures));
+    }
+}
+
+thread_local! {
+    static LATE_LEAK: std::cell::RefCell<Option<LateLeak>> = const { std::cell::RefCell::new(None) };
+}
+
+/// A scope opened in a thread-local's destructor while gpu-scope's state for the thread is
+/// still there, after some of its caches are gone (made after the thread-local), still sees
+/// what it makes: its leak is found, with no callback failing.
+#[test]
+fn a_scope_in_a_destructor_after_gpu_scopes_caches_went_sees_its_leak() {
+    let (send, said) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        // gpu-scope's thread state first, then the thread-local, then the caches an operator
+        // run in a scope makes (destroyed first).
+        scope(strict("first"), || ()).unwrap();
+        LATE_LEAK.with(|l| *l.borrow_mut() = Some(LateLeak(send)));
+        let (_, r) = scope(strict("operator"), || drop(floats(2) + 1)).unwrap();
+        assert!(r.is_clean(), "{r}");
+    });
+    assert!(thread.join().is_ok());
+    let (escaped, failures) = said.recv().expect("the destructor ran");
+    assert_eq!(
+        (escaped, failures),
+        (1, 0),
+        "its leak found, no callback failed"
+    );
+    LATE.lock().unwrap().clear();
+}

@@ -48,25 +48,30 @@ fn intern_name(name: *const c_char) -> Option<&'static str> {
     static NAMES: LazyLock<Mutex<HashSet<&'static str>>> = LazyLock::new(Default::default);
     // SAFETY: the shim passes NUL-terminated strings that libtorch keeps for the process.
     let bytes = unsafe { CStr::from_ptr(name) }.to_bytes();
-    BY_ADDRESS.with(|known| {
-        if let Some(&found) = known.borrow().get(&(name as usize)) {
-            if found.as_bytes() == bytes {
-                return Some(found);
-            }
-        }
+    let interned = || {
         let text = String::from_utf8_lossy(bytes);
         let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
-        let found = match names.get(text.as_ref()) {
+        match names.get(text.as_ref()) {
             Some(&found) => found,
             None => {
                 let leaked: &'static str = Box::leak(text.into_owned().into_boxed_str());
                 names.insert(leaked);
                 leaked
             }
-        };
+        }
+    };
+    let cached = BY_ADDRESS.try_with(|known| {
+        if let Some(&found) = known.borrow().get(&(name as usize)) {
+            if found.as_bytes() == bytes {
+                return found;
+            }
+        }
+        let found = interned();
         known.borrow_mut().insert(name as usize, found);
-        Some(found)
-    })
+        found
+    });
+    // While the thread ends, after its cache is gone: the shared set alone.
+    Some(cached.unwrap_or_else(|_| interned()))
 }
 
 /// What attribution records of a new allocation: its operator, and its backtrace when they

@@ -84,7 +84,12 @@ impl OpenScope {
             polled_in: None,
             closed: false,
         };
-        scope.place(true)?;
+        if let Err(error) = scope.place(true) {
+            // Never opened for the user: no report, no exit event.
+            scope.closed = true;
+            ledger::close(&scope.frame, None, &KeepAll);
+            return Err(error);
+        }
         Ok(scope)
     }
 
@@ -119,10 +124,6 @@ impl OpenScope {
                     self.since = thread::graphs_since(placed.token);
                 }
                 self.polled_in = thread::around(placed.token).and_then(|(_, below)| below);
-                // The scopes it was polled in were charged for what it owns.
-                for frame in self.polled_in.iter().flat_map(|c| c.iter()) {
-                    frame.note(ledger::CARRIED);
-                }
             }
             self.suspended = true;
             // Scopes still open inside it leave first, giving back their modes.
@@ -512,6 +513,11 @@ impl Drop for OpenScope {
         // state has ended the scope already.
         if !self.closed && thread::alive() {
             drop(self.close(&StorageSet::new(), false));
+        } else if !self.closed {
+            // Off every stack (an async scope kept in a thread-local): its frame ends, into
+            // where it was last polled, with nothing that calls into libtorch, whose own
+            // thread state may be gone.
+            ledger::close(&self.frame, self.polled_in.as_ref(), &KeepAll);
         }
         Frame::recycle(&mut self.frame);
     }

@@ -371,14 +371,13 @@ impl Tensors for tch::Tensor {
 
 impl Tensors for tch::nn::VarStore {
     fn visit(&self, set: &mut StorageSet) {
-        set.var_store = true;
-        for t in self.variables().values() {
-            set.add_tensor(t);
-        }
+        // Waited for if another thread holds it, as `VarStore::variables` does.
+        let variables = self.variables_.lock();
+        variables.unwrap_or_else(|e| e.into_inner()).visit(set);
     }
 }
 
-/// A `VarStore`'s variables (its `variables_`), kept as the store is.
+/// A `VarStore`'s variables (its `variables_`): kept as the store is.
 impl Tensors for tch::nn::Variables {
     fn visit(&self, set: &mut StorageSet) {
         set.var_store = true;

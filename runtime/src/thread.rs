@@ -163,6 +163,7 @@ fn push_level(
             None => stack.iter().rev().find(|l| Arc::ptr_eq(&l.frame, &frame)),
             Some(_) => None,
         };
+        let (carried_head, placed_already) = (origin.as_ref().map(|o| o.len()), on_stack.is_some());
         let (chain, origin) = match on_stack {
             Some(level) => (level.chain.clone(), level.origin.clone()),
             None => {
@@ -189,10 +190,18 @@ fn push_level(
                 }
             }
         };
-        if origin.is_some() {
-            // Carried work (or a scope opened in it): the frames here are charged for
-            // allocations another scope owns.
-            chain.iter().for_each(|f| f.note(CARRIED));
+        // The frames open here below a scope that is not theirs (work carried in through its
+        // handle, or an async scope polled here) are charged for allocations it owns.
+        let foreign = match (carried_head, owned) {
+            _ if placed_already => 0,
+            (Some(head), _) => head,
+            (None, false) => 1,
+            (None, true) => 0,
+        };
+        for frame in chain.iter().skip(foreign).filter(|_| foreign > 0) {
+            if !frame.noted(CARRIED) {
+                frame.note(CARRIED);
+            }
         }
         if t.hooks.get().is_some_and(|h| h.stepped_aside) {
             // Accelerator allocations made here are not seen: by any scope of the chain.

@@ -375,15 +375,9 @@ thread_local! {
 /// A process-unique frame id without a shared counter: the thread's number and its own count
 /// (from 1: never 0).
 fn next_frame_id() -> u64 {
-    let id = THREAD_IDS.try_with(|(thread, next)| {
+    // A thread-local without a destructor: there even while the thread ends.
+    THREAD_IDS.with(|(thread, next)| {
         next.set(next.get() + 1);
         (thread << 40) | next.get()
-    });
-    // While the thread ends (a scope opened in a thread-local's destructor, after the thread's
-    // number is gone): the last thread number, with a shared count.
-    id.unwrap_or_else(|_| {
-        static ENDING: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let count = ENDING.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        (u64::MAX << 40) | (count & ((1 << 40) - 1))
     })
 }
