@@ -678,3 +678,28 @@ fn an_instrumented_future_keeps_its_mode_after_its_scope_ended() {
         "the thread's own mode (on) was left changed"
     );
 }
+
+/// A scope exited inside work carried in above it (bad input: scopes end innermost first)
+/// ends alone: the carried work stays charged to the scope whose handle carried it, which
+/// finds what it leaks afterwards.
+#[test]
+fn a_scope_exited_inside_carried_work_leaves_that_work_charged() {
+    let carrier = Scope::enter(strict("carrier")).unwrap();
+    let handle = gpu_scope::current().unwrap();
+    std::thread::spawn(move || {
+        let local = Scope::enter(strict("local")).unwrap();
+        handle.in_scope(move || {
+            let r = local.exit(&()).unwrap();
+            assert!(r.is_clean(), "{r}");
+            assert!(gpu_scope::current().is_some(), "still in the carried scope");
+            SINK.lock().unwrap().push(floats(7));
+        });
+    })
+    .join()
+    .unwrap();
+    let report = escaped(carrier.exit(&()));
+    assert_eq!(report.escaped.len(), 1, "{report}");
+    assert_eq!(report.escaped_bytes, block(28), "{report}");
+    adds_up(&report);
+    SINK.lock().unwrap().clear();
+}

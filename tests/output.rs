@@ -350,8 +350,8 @@ fn warn_with_a_subscriber_is_a_tracing_event() {
     assert!(!stderr.contains("escaped scope"), "{stderr}");
 }
 
-/// Every exit is a DEBUG event with the report's JSON, checked or not; a scope that its
-/// enclosing scope ended has no exit of its own to report (nor a `last_report`).
+/// Every exit is a DEBUG event with the report's JSON, checked or not (a scope that its
+/// enclosing scope ended too, unchecked: that report is the thread's last).
 #[test]
 fn every_exit_is_a_debug_event() {
     if in_child() {
@@ -393,7 +393,14 @@ fn every_exit_is_a_debug_event() {
         .filter_map(|l| l.split('`').nth(1))
         .filter(|name| *name != "warm-up")
         .collect();
-    let expected = ["checked", "abandoned", "dropped", "panicked", "outer"];
+    let expected = [
+        "checked",
+        "abandoned",
+        "dropped",
+        "panicked",
+        "outer",
+        "inner",
+    ];
     assert_eq!(exited, expected, "{stdout}");
     let checked = stdout
         .lines()
@@ -406,7 +413,7 @@ fn every_exit_is_a_debug_event() {
     assert_eq!(json["name"], "checked");
     assert_eq!(json["freed"], json["allocated"]);
     assert!(json["freed"].as_u64() >= Some(common::block(8)), "{json}");
-    assert!(stdout.contains("last: outer"), "{stdout}");
+    assert!(stdout.contains("last: inner"), "{stdout}");
 }
 
 /// The environment's words, in any case and with spaces around them.

@@ -227,12 +227,10 @@ impl OpenScope {
         if !report.escaped.is_empty() && !self.attributed && attribution() == Attribution::OnLeak {
             sites::leaked(self.opts.location);
         }
-        // Ended by an enclosing scope already, it has no exit of its own to report.
-        if closed.ended {
-            // Every exit, checked or not (a panic, a dropped guard, `abandon`).
-            tracing::debug!(target: "gpu_scope", report = %report.to_json(), "scope `{}` exited", report.name);
-            report::set_last(&report);
-        }
+        // Every exit, checked or not (a panic, a dropped guard, `abandon`, an exit after the
+        // enclosing scope ended it).
+        tracing::debug!(target: "gpu_scope", report = %report.to_json(), "scope `{}` exited", report.name);
+        report::set_last(&report);
         report
     }
 

@@ -74,9 +74,9 @@ struct Level {
 }
 
 /// Tells the frames of `levels` whether autograd graph nodes were made since they were pushed.
-fn note_graphs(levels: &[Level]) {
+fn note_graphs<'a>(levels: impl IntoIterator<Item = &'a Level>) {
     let now = ffi::graph_nodes();
-    for level in levels.iter().filter(|l| l.nodes != now) {
+    for level in levels.into_iter().filter(|l| l.nodes != now) {
         level.frame.note(GRAPH);
     }
 }
@@ -250,11 +250,6 @@ pub(crate) fn pop(token: Token) {
         let Some(at) = stack.iter().rposition(|l| l.token == token) else {
             return;
         };
-        let ops_ended = t
-            .ops
-            .get()
-            .filter(|(_, level)| stack[at..].iter().any(|l| l.token == *level));
-        note_graphs(&stack[at..]);
         // Scopes opened above it and still open (a guard held across an `.await` of the async
         // scope at `token`) leave the stack with it; each remembers the frames it was opened
         // in, for its own end.
@@ -264,8 +259,20 @@ pub(crate) fn pop(token: Token) {
             pair[0].frame.park(&pair[1].frame);
             parked.push(pair[1].frame.clone());
         }
+        // Work carried in above it (through a handle, or an async scope polled here) is not its
+        // to end: it stays, charged as before (a scope exited inside such work: bad input).
+        let carried_above = stack[at + 1..].iter().any(|l| !l.owned);
+        let ends = |l: &&Level| l.token == token || l.owned || !carried_above;
+        let ops_ended = (t.ops.get())
+            .filter(|(_, level)| stack[at..].iter().filter(ends).any(|l| l.token == *level));
+        note_graphs(stack[at..].iter().filter(ends));
         // Dropping the levels drops frames and chains only: nothing here touches this state.
-        stack.truncate(at);
+        if carried_above {
+            let levels = stack.split_off(at);
+            stack.extend(levels.into_iter().filter(|l| !ends(&l)));
+        } else {
+            stack.truncate(at);
+        }
         publish(t, stack.last().map(|l| l.chain.clone()));
         let empty = stack.is_empty();
         drop(stack);

@@ -51,8 +51,6 @@ pub(crate) struct Closed {
     pub kept: Stats,
     pub held: Vec<HeldLine>,
     pub escaped: Vec<(Key, Entry)>,
-    /// This close ended the frame (it was open).
-    pub ended: bool,
 }
 
 /// The live entries of a frame, when the check must look at them before closing it: some
@@ -84,7 +82,6 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
             return closed;
         }
         state.open = false;
-        closed.ended = true;
         state.closed_into = enclosing.cloned();
         open_frames(-1);
         std::mem::swap(&mut closed.stats, &mut state.stats);
