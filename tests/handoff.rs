@@ -680,8 +680,8 @@ fn an_instrumented_future_keeps_its_mode_after_its_scope_ended() {
 }
 
 /// A scope exited inside work carried in above it (bad input: scopes end innermost first)
-/// ends alone: the carried work stays charged to the scope whose handle carried it, which
-/// finds what it leaks afterwards.
+/// ends alone: the carried work, and a scope opened in it, stay charged as before, and what
+/// they leak afterwards is found.
 #[test]
 fn a_scope_exited_inside_carried_work_leaves_that_work_charged() {
     let carrier = Scope::enter(strict("carrier")).unwrap();
@@ -689,10 +689,14 @@ fn a_scope_exited_inside_carried_work_leaves_that_work_charged() {
     std::thread::spawn(move || {
         let local = Scope::enter(strict("local")).unwrap();
         handle.in_scope(move || {
+            // A scope opened in the carried work stays open, and judges its own leak.
+            let task = Scope::enter(strict("task")).unwrap();
             let r = local.exit(&()).unwrap();
-            assert!(r.is_clean(), "{r}");
+            assert!(r.is_clean() && r.ended_inside.is_empty(), "{r}");
             assert!(gpu_scope::current().is_some(), "still in the carried scope");
             SINK.lock().unwrap().push(floats(7));
+            let report = escaped(task.exit(&()));
+            assert_eq!(report.escaped_bytes, block(28), "{report}");
         });
     })
     .join()

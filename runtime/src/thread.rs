@@ -74,9 +74,9 @@ struct Level {
 }
 
 /// Tells the frames of `levels` whether autograd graph nodes were made since they were pushed.
-fn note_graphs<'a>(levels: impl IntoIterator<Item = &'a Level>) {
+fn note_graphs(levels: &[Level]) {
     let now = ffi::graph_nodes();
-    for level in levels.into_iter().filter(|l| l.nodes != now) {
+    for level in levels.iter().filter(|l| l.nodes != now) {
         level.frame.note(GRAPH);
     }
 }
@@ -221,14 +221,22 @@ fn push_level(
     pushed.unwrap_or(Err(Error::ThreadEnding))
 }
 
-/// The frames above `token` that it owns (innermost first), and the chain below it; `None`
-/// if `token` is not on this thread's stack.
+/// Where the levels that leave the stack with the one at `at` end: work carried in above it
+/// (through a handle, or an async scope polled here) is not its to end, nor what was opened in
+/// that work; it stays, charged as before (a scope exited inside such work: bad input).
+fn ending_with(stack: &[Level], at: usize) -> usize {
+    let foreign = stack[at + 1..].iter().position(|l| !l.owned);
+    foreign.map_or(stack.len(), |i| at + 1 + i)
+}
+
+/// The frames above `token` that end with it (innermost first), and the chain below it;
+/// `None` if `token` is not on this thread's stack.
 pub(crate) fn around(token: Token) -> Option<(Vec<Arc<Frame>>, Option<Chain>)> {
     with_thread(|t| {
         let stack = t.stack.borrow();
         let at = stack.iter().rposition(|l| l.token == token)?;
         // Usually on top: nothing above it to collect.
-        let above = match &stack[at + 1..] {
+        let above = match &stack[at + 1..ending_with(&stack, at)] {
             [] => Vec::new(),
             above => above
                 .iter()
@@ -242,37 +250,31 @@ pub(crate) fn around(token: Token) -> Option<(Vec<Arc<Frame>>, Option<Chain>)> {
     })
 }
 
-/// Takes `token` and everything above it off this thread's stack; removes the hooks when
-/// the stack is empty. Does nothing if `token` is not on this thread's stack.
+/// Takes `token` and what ends with it (`ending_with`) off this thread's stack; removes the
+/// hooks when the stack is empty. Does nothing if `token` is not on this thread's stack.
 pub(crate) fn pop(token: Token) {
     with_thread(|t| {
         let mut stack = t.stack.borrow_mut();
         let Some(at) = stack.iter().rposition(|l| l.token == token) else {
             return;
         };
+        let end = ending_with(&stack, at);
+        let ops_ended = t
+            .ops
+            .get()
+            .filter(|(_, level)| stack[at..end].iter().any(|l| l.token == *level));
+        note_graphs(&stack[at..end]);
         // Scopes opened above it and still open (a guard held across an `.await` of the async
         // scope at `token`) leave the stack with it; each remembers the frames it was opened
         // in, for its own end.
         let mut parked = Vec::new();
-        for pair in stack[at..].windows(2).filter(|pair| pair[1].owned) {
+        for pair in stack[at..end].windows(2).filter(|pair| pair[1].owned) {
             pair[1].frame.lock().parked_in = Some(pair[0].chain.clone());
             pair[0].frame.park(&pair[1].frame);
             parked.push(pair[1].frame.clone());
         }
-        // Work carried in above it (through a handle, or an async scope polled here) is not its
-        // to end: it stays, charged as before (a scope exited inside such work: bad input).
-        let carried_above = stack[at + 1..].iter().any(|l| !l.owned);
-        let ends = |l: &&Level| l.token == token || l.owned || !carried_above;
-        let ops_ended = (t.ops.get())
-            .filter(|(_, level)| stack[at..].iter().filter(ends).any(|l| l.token == *level));
-        note_graphs(stack[at..].iter().filter(ends));
         // Dropping the levels drops frames and chains only: nothing here touches this state.
-        if carried_above {
-            let levels = stack.split_off(at);
-            stack.extend(levels.into_iter().filter(|l| !ends(&l)));
-        } else {
-            stack.truncate(at);
-        }
+        stack.drain(at..end);
         publish(t, stack.last().map(|l| l.chain.clone()));
         let empty = stack.is_empty();
         drop(stack);
