@@ -224,9 +224,14 @@ fn push_level(
 /// Where the levels that leave the stack with the one at `at` end: work carried in above it
 /// (through a handle, or an async scope polled here) is not its to end, nor what was opened in
 /// that work; it stays, charged as before (a scope exited inside such work: bad input).
+#[inline]
 fn ending_with(stack: &[Level], at: usize) -> usize {
-    let foreign = stack[at + 1..].iter().position(|l| !l.owned);
-    foreign.map_or(stack.len(), |i| at + 1 + i)
+    // Usually on top: nothing above it.
+    let above = &stack[at + 1..];
+    above
+        .iter()
+        .position(|l| !l.owned)
+        .map_or(stack.len(), |i| at + 1 + i)
 }
 
 /// The frames above `token` that end with it (innermost first), and the chain below it;
@@ -274,7 +279,10 @@ pub(crate) fn pop(token: Token) {
             parked.push(pair[1].frame.clone());
         }
         // Dropping the levels drops frames and chains only: nothing here touches this state.
-        stack.drain(at..end);
+        match end == stack.len() {
+            true => stack.truncate(at),
+            false => drop(stack.drain(at..end)),
+        }
         publish(t, stack.last().map(|l| l.chain.clone()));
         let empty = stack.is_empty();
         drop(stack);
