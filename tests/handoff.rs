@@ -684,6 +684,7 @@ fn an_instrumented_future_keeps_its_mode_after_its_scope_ended() {
 /// they leak afterwards is found.
 #[test]
 fn a_scope_exited_inside_carried_work_leaves_that_work_charged() {
+    let _serial = common::serial();
     let carrier = Scope::enter(strict("carrier")).unwrap();
     let handle = gpu_scope::current().unwrap();
     std::thread::spawn(move || {
