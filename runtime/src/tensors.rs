@@ -381,11 +381,9 @@ impl Tensors for tch::nn::VarStore {
 impl Tensors for tch::nn::Variables {
     fn visit(&self, set: &mut StorageSet) {
         set.var_store = true;
+        // Every variable, trainable or not (`trainable_variables` shares their tensors).
         for t in self.named_variables.values() {
             set.add_tensor(t);
-        }
-        for v in &self.trainable_variables {
-            set.add_tensor(&v.tensor);
         }
     }
 }

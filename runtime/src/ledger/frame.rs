@@ -119,8 +119,7 @@ pub(crate) const PARKED: u8 = 4;
 /// (`FrameState::blind_kept`).
 pub(crate) const BLIND_KEPT: u8 = 8;
 /// It was charged for allocations that another scope owns and judges: work carried in through
-/// that scope's handle ran where it was open, or an async scope polled there was taken off
-/// still open.
+/// that scope's handle, or an async scope resumed, was pushed on a thread where it was open.
 pub(crate) const CARRIED: u8 = 16;
 
 #[derive(Debug, Default)]
