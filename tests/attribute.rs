@@ -132,6 +132,47 @@ fn method_with_mut_self_growing_a_cache() {
     }
     assert_eq!(d.steps, 3);
     assert_eq!(d.total(), 0.0);
+    assert_eq!(last_report().unwrap().name, "attribute::Decoder::total");
+}
+
+struct Wrap<T>(T);
+
+trait Step {
+    fn step(&self) -> i64;
+}
+
+impl<T: Copy + Into<i64>> Step for Wrap<T> {
+    #[gpu_scope]
+    fn step(&self) -> i64 {
+        self.0.into()
+    }
+}
+
+impl<T> Wrap<T> {
+    #[gpu_scope]
+    fn get(&self) -> usize {
+        std::mem::size_of::<T>()
+    }
+}
+
+/// The default name is the function's path as Rust writes it: a method's has its type (and
+/// its trait), a function declared in another function's body has that function.
+#[test]
+fn default_names_are_function_paths() {
+    assert_eq!(Wrap(7u8).get(), 1);
+    assert_eq!(last_report().unwrap().name, "attribute::Wrap::get");
+    assert_eq!(Wrap(2i32).step(), 2);
+    assert_eq!(
+        last_report().unwrap().name,
+        "<attribute::Wrap as attribute::Step>::step"
+    );
+    #[gpu_scope]
+    fn nested() {}
+    nested();
+    assert_eq!(
+        last_report().unwrap().name,
+        "attribute::default_names_are_function_paths::nested"
+    );
 }
 
 #[gpu_scope(on_escape = error)]

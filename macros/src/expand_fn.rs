@@ -47,9 +47,18 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
 fn rewrite(ScopedFn { options, mut func }: ScopedFn) -> TokenStream {
     let span = Span::mixed_site();
     let ident = &func.sig.ident;
-    let default_name = quote_spanned!(span=>
-        ::core::concat!(::core::module_path!(), "::", ::core::stringify!(#ident))
-    );
+    // The function's path as rustc prints it for an item declared in its body (a method's
+    // includes its type), worked out once; `module_path::ident` if rustc's form is not the
+    // expected one.
+    let default_name = quote_spanned!(span=> {
+        fn __gpu_scope_fn() {}
+        static __GPU_SCOPE_NAME: ::gpu_scope::__private::FnName =
+            ::gpu_scope::__private::FnName::new();
+        __GPU_SCOPE_NAME.get(
+            ::core::any::type_name_of_val(&__gpu_scope_fn),
+            ::core::concat!(::core::module_path!(), "::", ::core::stringify!(#ident)),
+        )
+    });
     let opts = scope_options(&options, default_name, valid::is_extern(&func.sig));
     let ret_ty = match &func.sig.output {
         ReturnType::Type(_, ty) => Some((**ty).clone()),

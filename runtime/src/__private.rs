@@ -10,6 +10,7 @@ use crate::{policy, Error};
 use std::rc::Rc;
 use std::sync::Arc;
 
+pub use crate::fn_name::FnName;
 pub use crate::future::{Finish, ScopeFuture};
 pub use crate::options::{EscapePolicy, ReleasePolicy, ScopeOptions};
 pub use crate::tensors::{StorageSet, Tensors};

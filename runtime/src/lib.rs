@@ -10,6 +10,7 @@ mod config;
 mod device;
 mod error;
 mod ffi;
+mod fn_name;
 mod future;
 mod grad;
 mod hooks;

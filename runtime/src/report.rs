@@ -168,7 +168,8 @@ pub struct DeviceReport {
 /// The `requested` fields say what the tensors asked for.
 #[derive(Clone, Debug, Serialize)]
 pub struct ScopeReport {
-    /// The scope's name (the function path for the attribute).
+    /// The scope's name: the `name` option, else the function's path for the attribute (a
+    /// method's with its type) and `file:line` for `scope!`.
     pub name: Cow<'static, str>,
     /// Where the scope is in the source; serialised as `file:line`.
     #[serde(serialize_with = "file_line")]

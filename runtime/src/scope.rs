@@ -91,8 +91,10 @@ pub fn keep<T: Tensors + ?Sized>(value: &T) {
 
 /// Takes `value`'s storages out of every scope for good: neither this scope nor any enclosing
 /// one will check them (a library's deliberate cache; TensorFlow.js's `tf.keep`). The reports
-/// of the scopes open around the call show their bytes as held, `kept forever`
-/// ([`HeldBy::KeptForever`](crate::HeldBy::KeptForever)). Memory allocated after this call is
+/// of the open scopes that count a storage among their allocations (the one that made it and
+/// those around that one) show its bytes as held, `kept forever`
+/// ([`HeldBy::KeptForever`](crate::HeldBy::KeptForever)); a scope opened after it was made
+/// never counted it, so its report does not. Memory allocated after this call is
 /// tracked as usual. What a value that cannot be looked into (a lock held elsewhere) holds
 /// stays tracked: the scopes open here name the value as not inspected and do not call what
 /// nothing keeps escaped.
