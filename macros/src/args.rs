@@ -64,7 +64,7 @@ impl Borrows {
 
 /// Sorts the arguments; moves `mut` from owned bindings in the signature to their rebinding,
 /// and gives a pinned receiver the `mut` its reborrow needs.
-pub(crate) fn classify(sig: &mut Signature, body: &Block) -> Args {
+pub(crate) fn classify(sig: &mut Signature, body: &Block, options: &TokenStream) -> Args {
     let (may_borrow, impl_trait, named, elided) = match &sig.output {
         ReturnType::Type(_, ty) => (
             types::may_borrow(ty),
@@ -89,6 +89,10 @@ pub(crate) fn classify(sig: &mut Signature, body: &Block) -> Args {
         elided: impl_trait || (elided && !by_reference),
     };
     let body = body.to_token_stream();
+    let uses = Uses {
+        body: &body,
+        options,
+    };
     let mut args = Args::default();
     for arg in sig.inputs.iter_mut() {
         match arg {
@@ -120,7 +124,7 @@ pub(crate) fn classify(sig: &mut Signature, body: &Block) -> Args {
             // An argument under `#[cfg]` may not exist: nothing generated may name it (it is
             // neither searched nor moved in).
             FnArg::Typed(pt) if pt.attrs.iter().any(|a| a.path().is_ident("cfg")) => {}
-            FnArg::Typed(pt) => typed(&mut pt.pat, &pt.ty, others, &body, &mut args),
+            FnArg::Typed(pt) => typed(&mut pt.pat, &pt.ty, others, uses, &mut args),
         }
     }
     args
@@ -133,13 +137,13 @@ fn borrowed_by_return(name: impl std::fmt::Display) -> String {
 
 /// Sorts one typed argument, or one element of a tuple argument destructured in the signature
 /// (`(x, cache): (&Tensor, &mut Vec<Tensor>)`), whose elements are sorted one by one.
-fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, body: &TokenStream, args: &mut Args) {
+fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut Args) {
     let ty = types::strip_parens(ty);
     if let (Pat::Tuple(pats), Type::Tuple(tys)) = (&mut *pat, ty) {
         let rest = pats.elems.iter().any(|p| matches!(p, Pat::Rest(_)));
         if !rest && pats.elems.len() == tys.elems.len() {
             for (pat, ty) in pats.elems.iter_mut().zip(&tys.elems) {
-                typed(pat, ty, borrows, body, args);
+                typed(pat, ty, borrows, uses, args);
             }
             return;
         }
@@ -166,7 +170,7 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, body: &TokenStream, args: &
         } else {
             // `Option<&mut T>`: the body gets a reborrow, so that it can be searched after.
             args.roots.push((quote!(#name), false));
-            if !mentions(body.clone(), name) {
+            if !mentions(uses.body.clone(), name) {
                 return;
             }
             let span = Span::mixed_site();
@@ -184,7 +188,7 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, body: &TokenStream, args: &
                 return;
             }
             args.roots.push((quote!(#name), r.mutability.is_none()));
-            if r.mutability.is_some() && mentions(body.clone(), &name) {
+            if r.mutability.is_some() && mentions(uses.body.clone(), &name) {
                 // The body gets a reborrow, so that moving it there (`for t in xs`) leaves
                 // the argument to be searched after.
                 if let Pat::Ident(p) = pat {
@@ -245,7 +249,7 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, body: &TokenStream, args: &
             };
             args.owned.push(quote!(#name));
             Rebind {
-                body,
+                uses,
                 rebinds: &mut args.rebinds,
             }
             .visit_pat_mut(pat);
@@ -282,12 +286,20 @@ pub(crate) fn take_self(this: Token![self]) -> TokenStream {
     }
 }
 
-/// Collects `let [mut] x = x;` for each by-value binding of an owned argument's pattern,
-/// taking the `mut` off the pattern: the binding in the body is the one that is mutated. One
-/// the body does not mention moves in under a generated name (its drop may allocate, and runs
-/// inside the scope; the options may use it before).
-struct Rebind<'a> {
+/// The tokens an argument may be used in: the body, and the options (evaluated before it).
+#[derive(Clone, Copy)]
+struct Uses<'a> {
     body: &'a TokenStream,
+    options: &'a TokenStream,
+}
+
+/// Collects `let [mut] x = x;` for each by-value binding of an owned argument's pattern,
+/// taking the `mut` off the pattern: the binding in the body is the one that is mutated (and
+/// linted: one nothing uses is an unused variable, as on a plain function). One only the
+/// options use moves in under a generated name (its drop may allocate, and runs inside the
+/// scope), where it is not linted as unused.
+struct Rebind<'a> {
+    uses: Uses<'a>,
     rebinds: &'a mut Vec<TokenStream>,
 }
 
@@ -296,7 +308,8 @@ impl VisitMut for Rebind<'_> {
         if p.by_ref.is_none() {
             let span = Span::mixed_site();
             let ident = &p.ident;
-            let rebind = if mentions(self.body.clone(), ident) {
+            let in_options = mentions(self.uses.options.clone(), ident);
+            let rebind = if !in_options || mentions(self.uses.body.clone(), ident) {
                 let mutability = p.mutability.take();
                 quote_spanned!(span=> let #mutability #ident = #ident;)
             } else {

@@ -44,7 +44,13 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
 /// `on_escape = error` uses `try_enter`/`try_exit` and returns `Err(From::from(error))` from one
 /// place; `async fn` runs `async { ... }` inside a `ScopeFuture` instead of the closure; a
 /// function returning `!` runs its body inline, as it never returns.
-fn rewrite(ScopedFn { options, mut func }: ScopedFn) -> TokenStream {
+fn rewrite(
+    ScopedFn {
+        options,
+        tokens,
+        mut func,
+    }: ScopedFn,
+) -> TokenStream {
     let span = Span::mixed_site();
     let ident = &func.sig.ident;
     // The function's path as rustc prints it for an item declared in its body (a method's
@@ -67,7 +73,7 @@ fn rewrite(ScopedFn { options, mut func }: ScopedFn) -> TokenStream {
     let body = match &ret_ty {
         Some(ty) if types::is_never(ty) => never_returns(&func, opts),
         _ => {
-            let args = args::classify(&mut func.sig, &func.block);
+            let args = args::classify(&mut func.sig, &func.block, &tokens);
             if args.pinned_self.is_some() {
                 rename_self::rename_self(&mut func.block);
             }

@@ -7,14 +7,21 @@ use syn::{Block, Item, ItemFn, Token, TraitItemFn};
 /// `#[gpu_scope(options)] fn ...`
 pub(crate) struct ScopedFn {
     pub options: Options,
+    /// The options as written, to see which arguments they use.
+    pub tokens: TokenStream,
     pub func: ItemFn,
 }
 
 /// Parses the attribute's arguments and its item; when both are wrong, both errors show.
 pub(crate) fn parse_fn(args: TokenStream, item: TokenStream) -> syn::Result<ScopedFn> {
+    let tokens = args.clone();
     let options = (|input: ParseStream| Options::parse(input, Form::Attribute)).parse2(args);
     match (options, parse_item(item)) {
-        (Ok(options), Ok(func)) => Ok(ScopedFn { options, func }),
+        (Ok(options), Ok(func)) => Ok(ScopedFn {
+            options,
+            tokens,
+            func,
+        }),
         (Err(mut first), Err(second)) => {
             first.combine(second);
             Err(first)
