@@ -310,6 +310,41 @@ fn a_step_that_keeps_no_optimizer_reports_its_state() {
     assert_eq!(r.escaped_bytes, 2 * params(), "{r}");
 }
 
+fn leak_weight_sized() {
+    let weight = Tensor::zeros([4, 16], (Kind::Float, device()));
+    LEAKED.lock().unwrap().push(weight);
+}
+
+/// A helper's scope under `ignore` (its default autograd off) leaks a tensor the size of a
+/// parameter beside a training step: the step's scope around it still finds the escape, not
+/// optimizer state (what escaped from a scope inside escapes from the scopes around it).
+#[test]
+fn a_lenient_helpers_leak_the_size_of_a_parameter_escapes_the_step_around_it() {
+    let _serial = serial();
+    let mut s = setup(nn::Adam::default());
+    // The optimizer's state exists already: the step below makes none.
+    assert!(train(&mut s, false).unwrap().is_clean());
+    let helper = || {
+        let opts = ScopeOptions::new("helper").on_escape(gpu_scope::EscapePolicy::Ignore);
+        // The weight's size (4 x 16 floats), made with autograd off (the scope's default).
+        let (_, r) = scope(opts, leak_weight_sized).unwrap();
+        r
+    };
+    let r = escaped(
+        scope(strict("step").keep_grad_mode(true), || {
+            s.opt.zero_grad();
+            let loss = s.model.forward(&s.x).mse_loss(&s.y, Reduction::Mean);
+            s.opt.backward_step(&loss);
+            let inner = helper();
+            assert_eq!(inner.escaped_bytes, block(4 * 64), "{inner}");
+        })
+        .map(|(_, r)| r),
+    );
+    assert_eq!(r.escaped_bytes, block(4 * 64), "{r}");
+    assert_eq!(r.held_by(HeldBy::OptimizerState), 0, "{r}");
+    LEAKED.lock().unwrap().clear();
+}
+
 /// Backward inside a scope that left autograd off fails in libtorch; the panic names the
 /// option that fixes it.
 #[test]

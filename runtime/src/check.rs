@@ -98,9 +98,13 @@ impl Judge for Check<'_> {
             Fate::Held(HeldBy::Workspace(kind))
         } else if entry.made.backward {
             Fate::Held(HeldBy::Gradient)
-        } else if entry.made.grad_off && self.gradients.contains(&(key.1, entry.asked())) {
+        } else if entry.made.grad_off
+            && !entry.made.escaped
+            && self.gradients.contains(&(key.1, entry.asked()))
+        {
             // The size of a gradient made here, or of a kept optimizer's variable (a step
-            // whose backward ran in other scopes: gradient accumulation).
+            // whose backward ran in other scopes: gradient accumulation); not what a scope
+            // inside this one found escaped (a helper's leak under `warn`).
             Fate::Held(HeldBy::OptimizerState)
         } else if self.graph {
             Fate::Held(HeldBy::AutogradGraph)

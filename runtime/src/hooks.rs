@@ -131,6 +131,7 @@ pub unsafe extern "C" fn gs_rust_on_alloc(
             made: Made {
                 grad_off: flags & ffi::MADE_GRAD_OFF != 0,
                 backward: flags & ffi::MADE_IN_BACKWARD != 0,
+                escaped: false,
             },
             about: about(intern(op)),
             cpu: device.is_cpu().then_some(CpuOrigin {

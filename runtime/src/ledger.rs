@@ -55,6 +55,9 @@ pub(crate) struct Made {
     pub grad_off: bool,
     /// During a backward pass (autograd's engine running a node).
     pub backward: bool,
+    /// A scope it outlived judged it escaped: so do the scopes around that one, unless they
+    /// keep it (the optimizer-state rule, which goes by size, does not apply to it).
+    pub escaped: bool,
 }
 
 /// One live allocation.

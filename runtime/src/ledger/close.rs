@@ -209,7 +209,10 @@ impl Closing<'_> {
                 c.gain(bytes)
             }),
             Fate::Held(held) => closed.held.push((held, key.1, bytes, 1)),
-            Fate::Escaped if self.enclosing.is_some() => closed.escaped.push((key, entry.copy())),
+            Fate::Escaped if self.enclosing.is_some() => {
+                entry.made.escaped = true;
+                closed.escaped.push((key, entry.copy()));
+            }
             Fate::Escaped => {}
         }
         match self.enclosing {
