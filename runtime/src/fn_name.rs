@@ -1,6 +1,7 @@
 //! The default name of a `#[gpu_scope]` function: its path as rustc prints it, read once per
 //! function from a marker item the macro declares in its body (a proc macro sees neither the
 //! `impl` a method is in nor the function a nested one is in).
+use std::borrow::Cow;
 use std::sync::OnceLock;
 
 /// The marker item's name; the generated code declares `fn __gpu_scope_fn() {}`.
@@ -20,13 +21,18 @@ impl FnName {
     /// `marker` is `type_name` of the marker item; `fallback` (`module_path::ident`) is used
     /// where rustc's form is not the one expected (its exact text is not a stable guarantee).
     pub fn get(&self, marker: &'static str, fallback: &'static str) -> &'static str {
-        self.0.get_or_init(|| path_of(marker).unwrap_or(fallback))
+        // Once per function, so a path rebuilt without generic arguments is leaked.
+        self.0.get_or_init(|| match path_of(marker) {
+            Some(Cow::Borrowed(path)) => path,
+            Some(Cow::Owned(path)) => Box::leak(path.into_boxed_str()),
+            None => fallback,
+        })
     }
 }
 
 /// `krate::Model::forward` from `krate::Model::forward::__gpu_scope_fn`: the marker and the
 /// async body's `{{closure}}` left out, generic arguments (printed `<_>`) dropped.
-fn path_of(marker: &'static str) -> Option<&'static str> {
+fn path_of(marker: &'static str) -> Option<Cow<'static, str>> {
     let mut path = marker.strip_suffix(MARKER)?;
     while let Some(outer) = path.strip_suffix("::{{closure}}") {
         path = outer;
@@ -35,9 +41,9 @@ fn path_of(marker: &'static str) -> Option<&'static str> {
         return None;
     }
     if !path.contains("<_") {
-        return Some(path);
+        return Some(Cow::Borrowed(path));
     }
-    // `krate::Cache<_, _>::get` → `krate::Cache::get`: once per function, so leaked.
+    // `krate::Cache<_, _>::get` → `krate::Cache::get`.
     let mut out = String::with_capacity(path.len());
     let mut rest = path;
     while let Some(at) = rest.find("<_") {
@@ -50,7 +56,7 @@ fn path_of(marker: &'static str) -> Option<&'static str> {
         rest = &args[end + 1..];
     }
     out.push_str(rest);
-    Some(Box::leak(out.into_boxed_str()))
+    Some(Cow::Owned(out))
 }
 
 #[cfg(test)]
@@ -78,7 +84,7 @@ mod tests {
             ("k::Odd<_, i32>::get::__gpu_scope_fn", None),
         ];
         for (marker, path) in cases {
-            assert_eq!(path_of(marker), path, "{marker}");
+            assert_eq!(path_of(marker).as_deref(), path, "{marker}");
         }
     }
 }
