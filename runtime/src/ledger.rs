@@ -48,7 +48,8 @@ pub(crate) struct CpuOrigin {
     pub deleter: unsafe extern "C" fn(*mut std::ffi::c_void),
 }
 
-/// What libtorch was doing when an allocation was made.
+/// How an allocation came about: what libtorch was doing when it was made, and whether a
+/// scope it outlived already found it escaped.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Made {
     /// Autograd was off on the allocating thread.
