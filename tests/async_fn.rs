@@ -440,3 +440,65 @@ fn a_suspended_async_scope_in_a_thread_local_ends_with_its_thread() {
     // Entries left are CPU blocks kept only for how libtorch frees them.
     assert!(stdout.contains("frames=0 untracked=true"), "{stdout}");
 }
+
+type Parked = std::pin::Pin<Box<dyn std::future::Future<Output = Tensor> + Send>>;
+
+/// Polls its future again from its destructor, after gpu-scope's state for the thread is gone
+/// (the thread-local is first used before the thread's first scope), then sends it on.
+struct PollsLate(Option<Parked>, std::sync::mpsc::Sender<(Parked, bool)>);
+
+impl Drop for PollsLate {
+    fn drop(&mut self) {
+        if let Some(mut future) = self.0.take() {
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            let pending = future.as_mut().poll(&mut cx).is_pending();
+            let _ = self.1.send((future, pending));
+        }
+    }
+}
+
+thread_local! {
+    static POLLS_LATE: std::cell::RefCell<Option<PollsLate>> = const { std::cell::RefCell::new(None) };
+}
+
+static LATE: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
+
+#[gpu_scope(name = "polled-late")]
+async fn leaks_on_its_second_poll() -> Tensor {
+    tokio::task::yield_now().await;
+    LATE.lock().unwrap().push(floats(13));
+    tokio::task::yield_now().await;
+    floats(3)
+}
+
+/// A poll that cannot put its scope on the thread (a thread-local's destructor) runs
+/// unscoped: what it leaked was not seen, and the report says "not tracked", never clean.
+#[test]
+fn a_poll_where_the_scope_cannot_be_placed_leaves_it_not_tracked() {
+    let (send, parked) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        POLLS_LATE.with(|_| ());
+        let mut future: Parked = Box::pin(leaks_on_its_second_poll());
+        // The first poll opens the scope, on the thread.
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(future.as_mut().poll(&mut cx).is_pending());
+        POLLS_LATE.with(|p| *p.borrow_mut() = Some(PollsLate(Some(future), send)));
+    })
+    .join()
+    .unwrap();
+    let (mut future, pending) = parked.recv().expect("polled in the destructor");
+    assert!(pending, "the second poll waits");
+    assert_eq!(LATE.lock().unwrap().len(), 1, "the second poll ran");
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let kept = loop {
+        if let std::task::Poll::Ready(t) = future.as_mut().poll(&mut cx) {
+            break t;
+        }
+    };
+    let report = gpu_scope::last_report().expect("it ended here");
+    assert_eq!(report.name, "polled-late");
+    assert_eq!(report.status(), "not tracked", "{report}");
+    assert!(report.escaped.is_empty() && !report.is_clean(), "{report}");
+    assert!(report.to_string().contains("a poll ran"), "{report}");
+    drop((kept, LATE.lock().unwrap().pop()));
+}

@@ -54,6 +54,9 @@ pub(crate) struct OpenScope {
     /// it was charged with goes there when it ends off any thread's stack (a cancelled future,
     /// dropped wherever that happens), not to the scopes open where it is dropped.
     polled_in: Option<Chain>,
+    /// A poll ran where it could not be placed (`TooDeep`, `ThreadEnding`, a libtorch error):
+    /// what that poll allocated was not seen.
+    missed_poll: bool,
     closed: bool,
 }
 
@@ -82,6 +85,7 @@ impl OpenScope {
             suspended: false,
             since: None,
             polled_in: None,
+            missed_poll: false,
             closed: false,
         };
         if let Err(error) = scope.place(true) {
@@ -134,11 +138,12 @@ impl OpenScope {
         }
     }
 
-    /// Puts a suspended scope on this thread again.
+    /// Puts a suspended scope on this thread again. If it cannot be, what runs until the
+    /// next placement is not seen, and the report says so.
     pub(crate) fn resume(&mut self) -> Result<(), Error> {
         match self.placed {
             Some(_) => Ok(()),
-            None => self.place(false),
+            None => self.place(false).inspect_err(|_| self.missed_poll = true),
         }
     }
 
@@ -256,6 +261,14 @@ impl OpenScope {
                 reason: "a libtorch profiler held the memory-reporting slot of a thread the \
                          scope's work ran on; accelerator allocations made meanwhile were not \
                          seen",
+            });
+        }
+        if self.missed_poll {
+            untracked.push(Untracked {
+                device: None,
+                reason: "a poll ran on a thread where the scope could not be put (the thread \
+                         was ending, scopes were nested too deep there, or libtorch failed); \
+                         what that poll allocated, on the CPU too, was not seen",
             });
         }
         let saw_accelerator = closed.stats.devices.iter().any(|(d, _)| !d.is_cpu());

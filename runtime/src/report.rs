@@ -128,7 +128,8 @@ pub struct Held {
 /// A device on which a scope could not see allocations.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Untracked {
-    /// The device, or `None` for every accelerator device.
+    /// The device, or `None` for every accelerator device (and the CPU too where `reason`
+    /// says so).
     pub device: Option<DeviceId>,
     /// Why.
     pub reason: &'static str,
