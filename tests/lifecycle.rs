@@ -384,3 +384,47 @@ fn a_scope_in_a_destructor_after_gpu_scopes_caches_went_sees_its_leak() {
     );
     LATE.lock().unwrap().clear();
 }
+
+static CARRIED_LATE: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
+
+/// Runs work through a handle from its destructor, after gpu-scope's state for the thread is
+/// gone (the thread-local is first used before the thread's first scope).
+struct CarriesLate(gpu_scope::ScopeHandle, std::sync::mpsc::Sender<()>);
+
+impl Drop for CarriesLate {
+    fn drop(&mut self) {
+        self.0
+            .in_scope(|| CARRIED_LATE.lock().unwrap().push(floats(7)));
+        let _ = self.1.send(());
+    }
+}
+
+thread_local! {
+    static CARRIES_LATE: std::cell::RefCell<Option<CarriesLate>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Work carried in through a handle where the scope cannot be put (a thread-local's
+/// destructor) runs unscoped: the scope and those around it say "not tracked", never clean.
+#[test]
+fn work_carried_where_the_scope_cannot_be_placed_leaves_it_not_tracked() {
+    let (send, ran) = std::sync::mpsc::channel();
+    let outer = Scope::enter(strict("around")).unwrap();
+    let inner = Scope::enter(strict("carried-late")).unwrap();
+    let handle = gpu_scope::current().unwrap();
+    std::thread::spawn(move || {
+        CARRIES_LATE.with(|_| ());
+        // The thread's first scope, after the thread-local was made.
+        scope(strict("first"), || ()).unwrap();
+        CARRIES_LATE.with(|c| *c.borrow_mut() = Some(CarriesLate(handle, send)));
+    })
+    .join()
+    .unwrap();
+    ran.recv().expect("the destructor ran");
+    assert_eq!(CARRIED_LATE.lock().unwrap().len(), 1, "the work ran");
+    for report in [inner.exit(&()).unwrap(), outer.exit(&()).unwrap()] {
+        assert_eq!(report.status(), "not tracked", "{report}");
+        assert!(report.to_string().contains("could not be put"), "{report}");
+    }
+    CARRIED_LATE.lock().unwrap().clear();
+}

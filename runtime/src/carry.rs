@@ -1,7 +1,7 @@
 //! Carrying a scope to other threads and tasks, the way `tracing` carries a span: allocations
 //! made there while the handle is entered are charged to the scope (frees are seen on every
 //! thread anyway).
-use crate::ledger::Chain;
+use crate::ledger::{Chain, MISSED};
 use crate::thread::{self, Token};
 use crate::{ffi, grad, sites};
 use std::ffi::c_int;
@@ -92,7 +92,11 @@ impl ScopeHandle {
             .is_some_and(|c| Arc::ptr_eq(&c[0], &self.chain[0]));
         let token = chain.and_then(|chain| {
             let operators = chain[0].location().is_some_and(sites::attributed);
-            thread::push_carried(chain, operators).ok()
+            let pushed = thread::push_carried(chain.clone(), operators);
+            // Not seen by the scope, nor by those it is open in: their reports say so.
+            pushed
+                .inspect_err(|_| chain.iter().for_each(|f| f.note(MISSED)))
+                .ok()
         });
         let mode = carried.or(own.then_some(self.grad));
         // Autograd off as the scope turned it off: panics for want of it name those scopes.

@@ -30,7 +30,7 @@ pub(crate) mod spare;
 use close::open_chain;
 pub(crate) use close::{close, entries_to_inspect, Closed, Fate, HeldLine, Judge, KeepAll};
 use frame::Owned;
-pub(crate) use frame::{Frame, BLIND, BLIND_KEPT, CARRIED, GRAPH, PARKED};
+pub(crate) use frame::{Frame, BLIND, BLIND_KEPT, CARRIED, GRAPH, MISSED, PARKED};
 
 /// An allocation's identity: its base address and device.
 pub(crate) type Key = (usize, DeviceId);

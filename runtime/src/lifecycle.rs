@@ -54,9 +54,6 @@ pub(crate) struct OpenScope {
     /// it was charged with goes there when it ends off any thread's stack (a cancelled future,
     /// dropped wherever that happens), not to the scopes open where it is dropped.
     polled_in: Option<Chain>,
-    /// A poll ran where it could not be placed (`TooDeep`, `ThreadEnding`, a libtorch error):
-    /// what that poll allocated was not seen.
-    missed_poll: bool,
     closed: bool,
 }
 
@@ -85,7 +82,6 @@ impl OpenScope {
             suspended: false,
             since: None,
             polled_in: None,
-            missed_poll: false,
             closed: false,
         };
         if let Err(error) = scope.place(true) {
@@ -143,7 +139,9 @@ impl OpenScope {
     pub(crate) fn resume(&mut self) -> Result<(), Error> {
         match self.placed {
             Some(_) => Ok(()),
-            None => self.place(false).inspect_err(|_| self.missed_poll = true),
+            None => self
+                .place(false)
+                .inspect_err(|_| self.frame.note(ledger::MISSED)),
         }
     }
 
@@ -263,12 +261,13 @@ impl OpenScope {
                          seen",
             });
         }
-        if self.missed_poll {
+        if self.frame.noted(ledger::MISSED) {
             untracked.push(Untracked {
                 device: None,
-                reason: "a poll ran on a thread where the scope could not be put (the thread \
+                reason: "some of its work (an async scope's poll, work carried in through a \
+                         handle) ran on a thread where the scope could not be put (the thread \
                          was ending, scopes were nested too deep there, or libtorch failed); \
-                         what that poll allocated, on the CPU too, was not seen",
+                         what that work allocated, on the CPU too, was not seen",
             });
         }
         let saw_accelerator = closed.stats.devices.iter().any(|(d, _)| !d.is_cpu());

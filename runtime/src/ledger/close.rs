@@ -2,7 +2,7 @@
 //! enclosing frame, or out of tracking.
 use super::{discharge, index, lock_shard, open_frames, shard, shard_of, untrack_entry};
 use super::{untrack_in_place, Chain, Entry, Frame, Held, Key, Owned, Stats};
-use super::{BLIND, GRAPH, PARKED, SHARDS};
+use super::{BLIND, GRAPH, MISSED, PARKED, SHARDS};
 use crate::device::DeviceId;
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::hash_map;
@@ -112,7 +112,7 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
         // frame ends.
         late_parked(late, enclosing);
     }
-    let flags = frame.flags.load(Ordering::Relaxed) & (GRAPH | BLIND);
+    let flags = frame.flags.load(Ordering::Relaxed) & (GRAPH | BLIND | MISSED);
     if flags != 0 {
         if let Some(enclosing) = enclosing.and_then(|c| c.first()) {
             enclosing.note(flags);

@@ -98,8 +98,8 @@ pub(crate) struct Frame {
     pub(super) location: Option<&'static Location<'static>>,
     pub(super) state: Mutex<FrameState>,
     /// What happened while it was on some thread's stack, or was done to it (`GRAPH`,
-    /// `BLIND`, `PARKED`, `BLIND_KEPT`); a closing frame passes the first two on to the
-    /// enclosing one.
+    /// `BLIND`, `PARKED`, `BLIND_KEPT`, `CARRIED`, `MISSED`); a closing frame passes `GRAPH`,
+    /// `BLIND` and `MISSED` on to the enclosing one.
     pub(super) flags: AtomicU8,
     /// The autograd mode of the thread it is placed on before its scope turned autograd off
     /// (`NO_GRAD`: untouched), given back by whoever ends it there.
@@ -121,6 +121,10 @@ pub(crate) const BLIND_KEPT: u8 = 8;
 /// It was charged for allocations that another scope owns and judges: work carried in through
 /// that scope's handle, or an async scope resumed, was pushed on a thread where it was open.
 pub(crate) const CARRIED: u8 = 16;
+/// Its work ran where it could not be placed (an async scope's poll, or work carried in
+/// through its handle, on a thread that was ending or nested too deep, or where libtorch
+/// failed): what that work allocated was not seen.
+pub(crate) const MISSED: u8 = 32;
 
 #[derive(Debug, Default)]
 pub(crate) struct FrameState {
@@ -305,7 +309,7 @@ impl Frame {
         Some(self.grad.swap(NO_GRAD, Ordering::Relaxed)).filter(|g| *g != NO_GRAD)
     }
 
-    /// Records `flag` (`GRAPH`, `BLIND`, `PARKED`) for the frame.
+    /// Records `flag` (`GRAPH`, `BLIND`, `PARKED`, ...) for the frame.
     pub(crate) fn note(&self, flag: u8) {
         self.flags.fetch_or(flag, Ordering::Relaxed);
     }
