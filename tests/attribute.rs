@@ -156,7 +156,8 @@ impl<T> Wrap<T> {
 }
 
 /// The default name is the function's path as Rust writes it: a method's has its type (and
-/// its trait), a function declared in another function's body has that function.
+/// its trait), a function declared in another function's body has that function (closures
+/// in between left out).
 #[test]
 fn default_names_are_function_paths() {
     assert_eq!(Wrap(7u8).get(), 1);
@@ -172,6 +173,16 @@ fn default_names_are_function_paths() {
     assert_eq!(
         last_report().unwrap().name,
         "attribute::default_names_are_function_paths::nested"
+    );
+    let in_closure = || {
+        #[gpu_scope]
+        fn helper() {}
+        helper();
+    };
+    in_closure();
+    assert_eq!(
+        last_report().unwrap().name,
+        "attribute::default_names_are_function_paths::helper"
     );
 }
 

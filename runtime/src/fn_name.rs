@@ -30,22 +30,23 @@ impl FnName {
     }
 }
 
-/// `krate::Model::forward` from `krate::Model::forward::__gpu_scope_fn`: the marker and the
-/// async body's `{{closure}}` left out, generic arguments (printed `<_>`) dropped.
+/// `krate::Model::forward` from `krate::Model::forward::__gpu_scope_fn`: the marker and
+/// closures' `{{closure}}` (an async body's, or one a function is declared in) left out,
+/// generic arguments (printed `<_>`) dropped.
 fn path_of(marker: &'static str) -> Option<Cow<'static, str>> {
-    let mut path = marker.strip_suffix(MARKER)?;
-    while let Some(outer) = path.strip_suffix("::{{closure}}") {
-        path = outer;
+    let mut path = Cow::Borrowed(marker.strip_suffix(MARKER)?);
+    if path.contains("::{{closure}}") {
+        path = Cow::Owned(path.replace("::{{closure}}", ""));
     }
     if path.is_empty() {
         return None;
     }
     if !path.contains("<_") {
-        return Some(Cow::Borrowed(path));
+        return Some(path);
     }
     // `krate::Cache<_, _>::get` → `krate::Cache::get`.
     let mut out = String::with_capacity(path.len());
-    let mut rest = path;
+    let mut rest = &*path;
     while let Some(at) = rest.find("<_") {
         out.push_str(&rest[..at]);
         let args = &rest[at..];
@@ -79,6 +80,10 @@ mod tests {
             ),
             ("k::outer::inner::__gpu_scope_fn", Some("k::outer::inner")),
             ("k::run::{{closure}}::__gpu_scope_fn", Some("k::run")),
+            (
+                "k::main::{{closure}}::{{closure}}::helper::__gpu_scope_fn",
+                Some("k::main::helper"),
+            ),
             ("k::run::{{closure}}::__gpu_scope_fn::extra", None),
             ("__gpu_scope_fn", None),
             ("k::Odd<_, i32>::get::__gpu_scope_fn", None),
