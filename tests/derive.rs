@@ -224,7 +224,8 @@ fn only_the_standard_phantom_data_is_skipped() {
 }
 
 /// A field typed by an associated type bounds that type, not the parameter (`B::Weight:
-/// Tensors`, not `B: Tensors`), and a map's key type needs nothing: the derive asks what the
+/// Tensors`, also written `<B as Backend>::Weight`, not `B: Tensors`), and a map's key type
+/// needs nothing: the derive asks what the
 /// fields need.
 trait Backend {
     type Weight;
@@ -239,6 +240,7 @@ impl Backend for Tch {
 #[derive(Tensors)]
 struct Layer<B: Backend> {
     w: B::Weight,
+    qualified: <B as Backend>::Weight,
 }
 
 #[derive(Hash, PartialEq, Eq, PartialOrd, Ord)]
@@ -248,20 +250,26 @@ struct Key(u32);
 struct Cache<K: std::hash::Hash + Eq + Ord, S = std::hash::RandomState> {
     by_hash: std::collections::HashMap<K, Tensor, S>,
     in_order: std::collections::BTreeMap<K, Vec<Tensor>>,
+    by_module: std::collections::btree_map::BTreeMap<K, Tensor>,
 }
 
 #[test]
 fn associated_types_and_map_keys_are_bounded_as_the_fields_need() {
-    let (layer, report) = scope(strict("associated"), || Layer::<Tch> { w: floats(4) }).unwrap();
-    assert!(report.is_clean(), "{report}");
-    assert_eq!(count(&layer), 1);
-    let (cache, report) = scope(strict("keys"), || Cache::<Key> {
-        by_hash: [(Key(1), floats(2))].into(),
-        in_order: [(Key(2), vec![floats(2), floats(2)])].into(),
+    let (layer, report) = scope(strict("associated"), || Layer::<Tch> {
+        w: floats(4),
+        qualified: floats(4),
     })
     .unwrap();
     assert!(report.is_clean(), "{report}");
-    assert_eq!(count(&cache), 3);
+    assert_eq!(count(&layer), 2);
+    let (cache, report) = scope(strict("keys"), || Cache::<Key> {
+        by_hash: [(Key(1), floats(2))].into(),
+        in_order: [(Key(2), vec![floats(2), floats(2)])].into(),
+        by_module: [(Key(3), floats(2))].into(),
+    })
+    .unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(count(&cache), 4);
 }
 
 /// The std types a model's struct holds beside its tensors (sets, cells, atomics, ranges,

@@ -109,12 +109,22 @@ fn visit_fields(fields: &Fields, set: &syn::Ident) -> syn::Result<(TokenStream, 
 
 /// What the types of the visited fields need to be `Tensors`: the type parameters they name
 /// (all of them when such a type is a macro call, whose tokens cannot be read as a type), and
-/// the associated types they name (`T::Item`: the bound goes there, not on `T`). A map's key
+/// the associated types they name (`T::Item`, `<T as Trait>::Item`: the bound goes there, not
+/// on `T`). A map's key
 /// type is not searched, so it needs nothing.
 #[derive(Default)]
 struct Needs {
     params: Vec<syn::Ident>,
-    associated: Vec<syn::Path>,
+    associated: Vec<syn::Type>,
+}
+
+impl Needs {
+    fn associated(&mut self, ty: syn::Type) {
+        let same = |t: &syn::Type| quote!(#t).to_string() == quote!(#ty).to_string();
+        if !self.associated.iter().any(same) {
+            self.associated.push(ty);
+        }
+    }
 }
 
 /// The generic arguments of the standard `HashMap` or `BTreeMap` (by any of their usual paths,
@@ -127,8 +137,14 @@ fn std_map_arguments(
     let map = matches!(
         names[..],
         ["HashMap" | "BTreeMap"]
+            | ["hash_map", "HashMap"]
+            | ["btree_map", "BTreeMap"]
             | ["collections", "HashMap" | "BTreeMap"]
+            | ["collections", "hash_map", "HashMap"]
+            | ["collections", "btree_map", "BTreeMap"]
             | ["std", "collections", "HashMap" | "BTreeMap"]
+            | ["std", "collections", "hash_map", "HashMap"]
+            | ["std" | "alloc", "collections", "btree_map", "BTreeMap"]
             | ["alloc", "collections", "BTreeMap"]
     );
     match &path.segments.last()?.arguments {
@@ -155,15 +171,29 @@ fn visited_params(input: &DeriveInput) -> syn::Result<Needs> {
             let first = path.segments.first().map(|s| &s.ident);
             if let Some(first) = first.filter(|f| self.0.contains(f)) {
                 if path.segments.len() > 1 {
-                    let same = |p: &syn::Path| quote!(#p).to_string() == quote!(#path).to_string();
-                    if !self.1.associated.iter().any(same) {
-                        self.1.associated.push(path.clone());
-                    }
+                    self.1.associated(syn::parse_quote!(#path));
                 } else if !self.1.params.contains(first) {
                     self.1.params.push(first.clone());
                 }
             }
             syn::visit::visit_path(self, path);
+        }
+        fn visit_type_path(&mut self, ty: &syn::TypePath) {
+            // `<T as Trait>::Item` naming a parameter: the bound goes on the whole type.
+            fn names(params: &[syn::Ident], tokens: TokenStream) -> bool {
+                tokens.into_iter().any(|tt| match tt {
+                    proc_macro2::TokenTree::Ident(i) => params.contains(&i),
+                    proc_macro2::TokenTree::Group(g) => names(params, g.stream()),
+                    _ => false,
+                })
+            }
+            let qself = ty.qself.as_ref().map(|q| q.ty.as_ref());
+            match qself {
+                Some(q) if names(self.0, quote!(#q)) => {
+                    self.1.associated(syn::Type::Path(ty.clone()))
+                }
+                _ => syn::visit::visit_type_path(self, ty),
+            }
         }
     }
     let params: Vec<syn::Ident> = input
@@ -235,8 +265,8 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
                 .push(syn::parse_quote!(::gpu_scope::__private::Tensors));
         }
     }
-    for path in &needs.associated {
-        let bound = syn::parse_quote!(#path: ::gpu_scope::__private::Tensors);
+    for ty in &needs.associated {
+        let bound = syn::parse_quote!(#ty: ::gpu_scope::__private::Tensors);
         generics.make_where_clause().predicates.push(bound);
     }
     let (impl_generics, ty_generics, where_clause) = generics.split_for_impl();
