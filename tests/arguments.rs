@@ -844,3 +844,121 @@ fn a_mut_argument_the_elided_return_lifetime_cannot_borrow_is_searched() {
     kept(double_all(&mut cache));
     assert_eq!(cache.len(), 2);
 }
+
+/// Holds a borrow that a scoped function hands on.
+#[derive(Default)]
+struct Holder<'a> {
+    lent: Option<&'a mut Vec<Tensor>>,
+}
+
+/// The body stores `xs` in `holder` for `'a`: `xs` cannot be searched after it (it compiles,
+/// as without the attribute), and is named as not inspected.
+#[gpu_scope]
+fn lend<'a>(holder: &mut Holder<'a>, xs: &'a mut Vec<Tensor>) {
+    xs.push(floats(2));
+    holder.lent = Some(xs);
+}
+
+/// `'a` names only the arguments' own references: `xs` cannot be stored under it, and is
+/// searched.
+#[gpu_scope]
+fn fill_with<'a>(xs: &'a mut Vec<Tensor>, like: &'a Tensor) {
+    xs.push(like.copy());
+}
+
+struct Lender<'a> {
+    lent: Vec<&'a mut Vec<Tensor>>,
+}
+
+impl<'a> Lender<'a> {
+    /// `'a` is the `impl`'s: `Self` may hold it.
+    #[gpu_scope]
+    fn take(&mut self, xs: &'a mut Vec<Tensor>) {
+        xs.push(floats(1));
+        self.lent.push(xs);
+    }
+}
+
+#[test]
+fn a_mut_argument_the_body_may_store_for_its_named_lifetime_is_named_not_inspected() {
+    let _serial = common::serial();
+    let mut xs = Vec::new();
+    let mut holder = Holder::default();
+    lend(&mut holder, &mut xs);
+    let report = last_report().unwrap();
+    assert!(report.escaped.is_empty(), "{report}");
+    assert!(report.uninspected_kept[0].starts_with("`xs`"), "{report}");
+    assert_eq!(holder.lent.map(|l| l.len()), Some(1));
+    let mut ys = Vec::new();
+    let mut lender = Lender { lent: Vec::new() };
+    lender.take(&mut ys);
+    let report = last_report().unwrap();
+    assert!(report.uninspected_kept[0].starts_with("`xs`"), "{report}");
+    assert_eq!(lender.lent.len(), 1);
+    let mut zs = Vec::new();
+    fill_with(&mut zs, &floats(3));
+    let report = last_report().unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.kept, 12, "{report}");
+}
+
+#[derive(Tensors, Default)]
+struct Counter {
+    n: usize,
+    made: Vec<Tensor>,
+}
+
+impl Counter {
+    fn bump(self: Pin<&mut Self>) {
+        let this = self.get_mut();
+        this.n += 1;
+        this.made.push(floats(1));
+    }
+
+    /// `mut self` lets the body reborrow the pin (`self.as_mut()`), as without the attribute.
+    #[gpu_scope(on_escape = error)]
+    fn twice(mut self: Pin<&mut Self>) -> Result<(), Error> {
+        self.as_mut().bump();
+        self.as_mut().bump();
+        Ok(())
+    }
+
+    /// `self` in a format string cannot be renamed: the receiver is used as written, and
+    /// named as not inspected.
+    #[gpu_scope(on_escape = error)]
+    fn shown(self: Pin<&mut Self>) -> Result<String, Error> {
+        let said = format!("{self:p}");
+        self.bump();
+        Ok(said)
+    }
+}
+
+type Makes<F> = std::marker::PhantomData<F>;
+
+/// Returns (the types of) functions that make futures: not a future itself. (The return type
+/// is written out: the macro reads `Future` in it.)
+#[gpu_scope]
+#[allow(clippy::type_complexity)]
+fn maker() -> (
+    Makes<Box<dyn Fn() -> Pin<Box<dyn std::future::Future<Output = usize>>>>>,
+    Makes<fn() -> Pin<Box<dyn std::future::Future<Output = usize>>>>,
+) {
+    Default::default()
+}
+
+#[test]
+fn pinned_receivers_as_written_and_functions_that_make_futures() {
+    let _serial = common::serial();
+    let mut counter = Counter::default();
+    Pin::new(&mut counter).twice().unwrap();
+    let report = last_report().unwrap();
+    assert!(report.is_clean() && report.kept == 8, "{report}");
+    assert_eq!((counter.n, counter.made.len()), (2, 2));
+    assert!(!Pin::new(&mut counter).shown().unwrap().is_empty());
+    let report = last_report().unwrap();
+    assert!(report.escaped.is_empty(), "{report}");
+    assert!(report.uninspected_kept[0].starts_with("`self`"), "{report}");
+    assert_eq!(counter.n, 3);
+    let _ = maker();
+    assert!(last_report().unwrap().is_clean());
+}

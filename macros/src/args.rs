@@ -4,8 +4,9 @@
 //!   caller's value; a root, searched after the body (one destructured in the signature is
 //!   bound whole and destructured in the body). A `&mut` one is left out when the return
 //!   type may borrow from it (it cannot be looked at while that borrow lives; one whose
-//!   lifetime is elided only a lifetime elided in the return type can borrow), and named as
-//!   not inspected, so that what the body stored in it is not called escaped. A shared one
+//!   lifetime is elided only a lifetime elided in the return type can borrow), or when the
+//!   body may store it for its named lifetime (see `storable`), and named as not inspected,
+//!   so that what the body stored in it is not called escaped. A shared one
 //!   (`&T`) was made before the scope: tch modules whose tensors are private to tch hold
 //!   nothing the scope made, unless reached through a cell or lock.
 //! - Owned: moved into the body (`let x = x;`, also when the body does not use it: its drop
@@ -18,6 +19,7 @@
 //! - Owned handles that share their contents with the caller (`Arc`, `Rc`): a weak handle,
 //!   taken before the body moves the argument, keeps what the caller still holds.
 use crate::local;
+use crate::rename_self;
 use crate::types::{self, Receiver};
 use proc_macro2::{Ident, Span, TokenStream, TokenTree};
 use quote::{quote, quote_spanned, ToTokens};
@@ -32,8 +34,9 @@ pub(crate) struct Args {
     pub rebinds: Vec<TokenStream>,
     /// Owned arguments that may be `Arc` or `Rc` handles.
     pub owned: Vec<TokenStream>,
-    /// A `self: Pin<&mut Self>` receiver: the body gets a reborrow of it (see `rename_self`).
-    pub pinned_self: Option<Token![self]>,
+    /// A `self: Pin<&mut Self>` receiver, with the `mut` the user wrote on it: the body gets a
+    /// reborrow of it (see `rename_self`), as mutable as the receiver was.
+    pub pinned_self: Option<(Token![self], Option<Token![mut]>)>,
     /// An owned receiver: the body takes it (see `take_self`).
     pub owned_self: Option<Token![self]>,
     /// `&mut` arguments that cannot be searched after the body (the return value may borrow
@@ -42,23 +45,97 @@ pub(crate) struct Args {
     pub unsearched: Vec<String>,
 }
 
-/// Which `&mut` arguments the return value may borrow from, by how their lifetime is written.
+/// Which `&mut` arguments the return value may borrow from, by how their lifetime is written,
+/// and which the body may store for longer than itself.
 #[derive(Clone, Copy)]
-struct Borrows {
+struct Borrows<'s> {
     /// A named one (`&'a mut T`): the return type may name it, or one it outlives.
     named: bool,
     /// An elided one (`&mut T`, `&'_ mut T`): nothing can name it, so only a lifetime the
     /// return type leaves to elision (`&T`, `'_`) can be it, or `impl Trait`, which captures
     /// every lifetime in scope.
     elided: bool,
+    /// Named lifetimes the body may store a `&'a mut` argument under (see `storable`).
+    stored: &'s Stored,
 }
 
-impl Borrows {
+impl Borrows<'_> {
     fn from(self, lifetime: Option<&syn::Lifetime>) -> bool {
         match lifetime {
             Some(l) if l.ident != "_" => self.named,
             _ => self.elided,
         }
+    }
+
+    /// Whether a `&'a mut` argument may have to outlive the body: the body can store it under
+    /// that lifetime elsewhere (`h: &mut Holder<'a>`, `f: impl FnOnce(&'a mut T)`), and
+    /// then the argument cannot be searched after it.
+    fn stored(self, lifetime: Option<&syn::Lifetime>) -> bool {
+        lifetime.is_some_and(|l| self.stored.contains(l))
+    }
+}
+
+/// The named lifetimes a `&'a mut` argument could be stored under: `'static`, one the
+/// function does not declare (the `impl`'s, which `Self` may hold), and one named inside an
+/// argument's type (not as the lifetime of the argument's own reference: `y: &'a Tensor` can
+/// hold no `&'a mut`, `h: &mut Holder<'a>` can) or in the generics' bounds.
+fn storable(sig: &Signature) -> Stored {
+    use syn::visit::Visit;
+    #[derive(Default)]
+    struct Named(Vec<String>);
+    impl Visit<'_> for Named {
+        fn visit_lifetime(&mut self, l: &syn::Lifetime) {
+            self.0.push(l.ident.to_string());
+        }
+    }
+    let mut named = Named::default();
+    for arg in &sig.inputs {
+        let ty = match arg {
+            FnArg::Receiver(r) => &r.ty,
+            FnArg::Typed(t) => &t.ty,
+        };
+        let ty = types::strip_parens(ty);
+        let pointee = match (types::option_of_reference(ty), ty) {
+            (Some(r), _) | (None, Type::Reference(r)) => &*r.elem,
+            (None, ty) => ty,
+        };
+        named.visit_type(pointee);
+    }
+    let mut declared = Vec::new();
+    for param in &sig.generics.params {
+        match param {
+            syn::GenericParam::Lifetime(l) => {
+                declared.push(l.lifetime.ident.to_string());
+                l.bounds.iter().for_each(|b| named.visit_lifetime(b));
+            }
+            syn::GenericParam::Type(t) => t
+                .bounds
+                .iter()
+                .for_each(|b| named.visit_type_param_bound(b)),
+            syn::GenericParam::Const(_) => {}
+        }
+    }
+    if let Some(w) = &sig.generics.where_clause {
+        named.visit_where_clause(w);
+    }
+    Stored {
+        named: named.0,
+        declared,
+    }
+}
+
+/// See `storable`.
+struct Stored {
+    /// Named inside an argument's type or in a bound.
+    named: Vec<String>,
+    /// Declared by the function.
+    declared: Vec<String>,
+}
+
+impl Stored {
+    fn contains(&self, lifetime: &syn::Lifetime) -> bool {
+        let l = lifetime.ident.to_string();
+        l == "static" || (l != "_" && (!self.declared.contains(&l) || self.named.contains(&l)))
     }
 }
 
@@ -80,13 +157,16 @@ pub(crate) fn classify(sig: &mut Signature, body: &Block, options: &TokenStream)
         FnArg::Receiver(r) => matches!(types::strip_parens(&r.ty), Type::Reference(_)),
         FnArg::Typed(_) => false,
     });
+    let stored = storable(sig);
     let receiver = Borrows {
         named: may_borrow,
         elided: impl_trait || elided,
+        stored: &stored,
     };
     let others = Borrows {
         named: may_borrow && !(by_reference && !impl_trait && !named),
         elided: impl_trait || (elided && !by_reference),
+        stored: &stored,
     };
     let body = body.to_token_stream();
     let uses = Uses {
@@ -103,15 +183,24 @@ pub(crate) fn classify(sig: &mut Signature, body: &Block, options: &TokenStream)
                     _ => None,
                 };
                 let borrowed = receiver.from(lifetime);
+                let stored = receiver.stored(lifetime);
                 match types::receiver(&r.ty) {
+                    Receiver::Borrowed { mutable } if mutable && stored && !borrowed => {
+                        args.unsearched.push(stored_elsewhere("self"))
+                    }
                     Receiver::Borrowed { mutable } if !(mutable && borrowed) => {
                         args.roots.push((quote!(#this), !mutable))
                     }
-                    Receiver::PinnedMut if !may_borrow => {
-                        r.mutability.get_or_insert_with(Default::default);
-                        args.pinned_self = Some(this);
+                    // `self` named in a format string (`"{self:?}"`) cannot be renamed: the
+                    // body uses the receiver itself, which cannot be searched after it.
+                    Receiver::PinnedMut if !may_borrow && !rename_self::in_literal(&body) => {
+                        let mutability = r.mutability.replace(Default::default());
+                        args.pinned_self = Some((this, mutability));
                         args.roots.push((quote!(#this), false));
                     }
+                    Receiver::PinnedMut if !may_borrow => args.unsearched.push(
+                        "`self` (a `Pin<&mut Self>` receiver named in a format string)".into(),
+                    ),
                     Receiver::Owned => {
                         args.owned.push(quote!(#this));
                         args.owned_self = Some(this);
@@ -133,6 +222,11 @@ pub(crate) fn classify(sig: &mut Signature, body: &Block, options: &TokenStream)
 /// How the report names a `&mut` argument the return value may borrow from.
 fn borrowed_by_return(name: impl std::fmt::Display) -> String {
     format!("`{name}` (a `&mut` argument the return value may borrow from)")
+}
+
+/// How the report names a `&'a mut` argument the body may store elsewhere.
+fn stored_elsewhere(name: impl std::fmt::Display) -> String {
+    format!("`{name}` (a `&mut` argument whose lifetime other arguments or bounds name)")
 }
 
 /// Sorts one typed argument, or one element of a tuple argument destructured in the signature
@@ -187,6 +281,10 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
                 args.unsearched.push(borrowed_by_return(&name));
                 return;
             }
+            if r.mutability.is_some() && borrows.stored(r.lifetime.as_ref()) {
+                args.unsearched.push(stored_elsewhere(&name));
+                return;
+            }
             args.roots.push((quote!(#name), r.mutability.is_none()));
             if r.mutability.is_some() && mentions(uses.body.clone(), &name) {
                 // The body gets a reborrow, so that moving it there (`for t in xs`) leaves
@@ -211,6 +309,12 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
         {
             let pat = types::shown(pat);
             args.unsearched.push(borrowed_by_return(pat));
+        }
+        (Type::Reference(r), None)
+            if r.mutability.is_some() && borrows.stored(r.lifetime.as_ref()) =>
+        {
+            let pat = types::shown(pat);
+            args.unsearched.push(stored_elsewhere(pat));
         }
         (Type::Reference(r), None) => {
             // Destructured in the signature (`Wrap(v): &mut Wrap`): bound under a name of its

@@ -1,7 +1,9 @@
 //! `self: Pin<&mut Self>` receivers. Most bodies move the receiver (`self.project()`,
 //! `self.get_mut()`), after which the scope could not search it; and a closure cannot take a
 //! parameter named `self`. So the body's `self` is renamed to a local that holds
-//! `Pin::as_mut(&mut self)`, and the receiver itself stays for the search after the body.
+//! `Pin::as_mut(&mut self)` (mutable where the receiver is `mut self`), and the receiver
+//! itself stays for the search after the body. A `self` named in a format string cannot be
+//! renamed: such a body uses the receiver as written, which is then not searched.
 use crate::local::{self, SELF};
 use proc_macro2::{Group, Span, TokenStream, TokenTree};
 use syn::visit_mut::VisitMut;
@@ -61,9 +63,28 @@ fn rename_tokens(tokens: TokenStream) -> TokenStream {
     out.into_iter().collect()
 }
 
-/// `let __gpu_scope_self = Pin::as_mut(&mut self);`
-pub(crate) fn reborrow(this: syn::Token![self]) -> TokenStream {
+/// `let [mut] __gpu_scope_self = Pin::as_mut(&mut self);`, `mut` where the user wrote
+/// `mut self` (for `self.as_mut()` in the body).
+pub(crate) fn reborrow(
+    (this, mutability): (syn::Token![self], Option<syn::Token![mut]>),
+) -> TokenStream {
     let span = Span::mixed_site();
     let local = local::local(SELF, span);
-    quote::quote_spanned!(span=> let #local = ::core::pin::Pin::as_mut(&mut #this);)
+    quote::quote_spanned!(span=> let #mutability #local = ::core::pin::Pin::as_mut(&mut #this);)
+}
+
+/// Whether a string literal in `tokens` names `self` as a format argument (`"{self:?}"`),
+/// which renaming cannot reach.
+pub(crate) fn in_literal(tokens: &TokenStream) -> bool {
+    tokens.clone().into_iter().any(|tt| match tt {
+        TokenTree::Literal(l) => {
+            let text = l.to_string();
+            text.match_indices("{self").any(|(at, _)| {
+                let next = text[at + "{self".len()..].chars().next();
+                matches!(next, Some('}' | ':'))
+            })
+        }
+        TokenTree::Group(g) => in_literal(&g.stream()),
+        _ => false,
+    })
 }

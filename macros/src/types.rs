@@ -218,7 +218,8 @@ pub(crate) fn receiver(ty: &Type) -> Receiver {
 }
 
 /// Whether `ty` is, or holds, a future: `impl Future`, `dyn Future` (`Pin<Box<dyn Future>>`),
-/// `BoxFuture` or `LocalBoxFuture`.
+/// `BoxFuture` or `LocalBoxFuture`. A function that makes futures (`Box<dyn Fn() -> BoxFuture>`,
+/// `fn() -> BoxFuture`) is not one.
 pub(crate) fn is_future(ty: &Type) -> bool {
     struct Finder(bool);
     impl Visit<'_> for Finder {
@@ -230,6 +231,12 @@ pub(crate) fn is_future(ty: &Type) -> bool {
                 self.0 = true;
             }
             syn::visit::visit_path_segment(self, s);
+        }
+        fn visit_type_bare_fn(&mut self, _: &syn::TypeBareFn) {}
+        fn visit_parenthesized_generic_arguments(
+            &mut self,
+            _: &syn::ParenthesizedGenericArguments,
+        ) {
         }
     }
     let mut f = Finder(false);
