@@ -70,6 +70,27 @@ fn skipped_field(field: &syn::Field) -> syn::Result<bool> {
 
 /// `tensors` attributes on the type itself are errors: what to skip is said per field.
 fn on_the_type(attrs: &[Attribute]) -> syn::Result<()> {
+    // `#[repr(packed)]`, `#[repr(C, packed(2))]`: its fields cannot be borrowed in place.
+    let packed = attrs
+        .iter()
+        .filter(|a| a.path().is_ident("repr"))
+        .find(|a| {
+            let mut packed = false;
+            let _ = a.parse_nested_meta(|m| {
+                packed |= m.path.is_ident("packed");
+                // `packed(2)`, `align(8)`: the argument is not needed.
+                let _ = m.input.parse::<proc_macro2::Group>();
+                Ok(())
+            });
+            packed
+        });
+    if let Some(attr) = packed {
+        return Err(syn::Error::new_spanned(
+            attr,
+            "`Tensors` cannot be derived for a `#[repr(packed)]` type: its fields may be \
+             unaligned and cannot be borrowed in place; implement `gpu_scope::Tensors` by hand",
+        ));
+    }
     match attrs.iter().find(|a| a.path().is_ident("tensors")) {
         Some(attr) => Err(syn::Error::new_spanned(
             attr,

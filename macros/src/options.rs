@@ -98,7 +98,16 @@ impl Options {
                      `scope!(name = \"step\", { ... })`",
                 ));
             }
+            if !input.peek(Token![,]) {
+                return Err(input.error(
+                    "expected `,` after the option: options are written `key = value` and \
+                     separated by commas (`name = \"step\", keep_grad = true`)",
+                ));
+            }
             input.parse::<Token![,]>()?;
+            if input.peek(Token![,]) {
+                return Err(input.error("two commas in a row: remove one"));
+            }
         }
         Ok(options)
     }

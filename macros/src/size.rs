@@ -1,6 +1,6 @@
 //! Byte sizes written like `"512 MiB"`, parsed at compile time.
 
-/// Parses `"123"`, `"64 KiB"`, `"2 GiB"`, `"1.5 GB"`, ... into bytes.
+/// Parses `"123"`, `"64 KiB"`, `"2 GiB"`, `"1.5 GB"`, `"1_000_000"`, ... into bytes.
 pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
     let text = text.trim();
     if text.starts_with('-') {
@@ -9,10 +9,16 @@ pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
         ));
     }
     let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_'))
         .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
     let unit = unit.trim();
+    // `_` separates digits, as in Rust's integer literals.
+    if number.starts_with('_') {
+        return Err(format!("`{text}` does not start with a number"));
+    }
+    let number = number.replace('_', "");
+    let number = number.as_str();
     let scale = match unit {
         "" => 1,
         unit => unit_scale(unit).ok_or_else(|| format!("unknown unit `{unit}`"))?,
@@ -65,6 +71,9 @@ mod tests {
         assert_eq!(parse_size("2GiB"), Ok(2 << 30));
         assert_eq!(parse_size("1.5 KB"), Ok(1500));
         assert_eq!(parse_size("7"), Ok(7));
+        assert_eq!(parse_size("1_000_000"), Ok(1_000_000));
+        assert_eq!(parse_size("1_024 KiB"), Ok(1 << 20));
+        assert!(parse_size("_1 KiB").is_err());
         assert!(parse_size("lots").is_err());
         assert!(parse_size("3 parsecs").is_err());
         assert!(parse_size("").is_err());
