@@ -34,6 +34,18 @@ pub(crate) fn validate_fn(scoped: &ScopedFn) -> syn::Result<()> {
              remove `const` or the attribute",
         );
     }
+    // Another `#[gpu_scope]` below this one (by its name; a renamed import is not seen).
+    let again = scoped.func.attrs.iter().find(|a| {
+        let last = a.path().segments.last();
+        last.is_some_and(|s| s.ident == "gpu_scope")
+    });
+    if let Some(again) = again {
+        errors.push_spanned(
+            again,
+            "#[gpu_scope] is given twice: one scope per function; for a scope inside the \
+             function's, use `gpu_scope::scope!` in its body",
+        );
+    }
     if let (None, ReturnType::Type(_, ty)) = (&sig.asyncness, &sig.output) {
         if types::is_future(ty) {
             errors.push_spanned(
