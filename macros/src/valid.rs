@@ -3,6 +3,7 @@
 use crate::input::{ScopedBlock, ScopedFn};
 use crate::options::{Bytes, Given, Options, Policy};
 use crate::types;
+use quote::ToTokens;
 use syn::spanned::Spanned;
 use syn::visit::Visit;
 use syn::{Expr, Lit, ReturnType, Signature, Type, UnOp};
@@ -91,7 +92,7 @@ pub(crate) fn validate_block(scoped: &ScopedBlock) -> syn::Result<()> {
 
 /// The statement of a block that can only leave early, and what to write instead: its scope
 /// would never be checked (and its value, `!`, is no `Tensors`).
-fn never_ends(block: &syn::Block) -> Option<(&Expr, String)> {
+fn never_ends(block: &syn::Block) -> Option<(&dyn ToTokens, String)> {
     if let Some(syn::Stmt::Expr(last @ Expr::Loop(l), _)) = block.stmts.last() {
         if !loop_ends(l) {
             return Some((
@@ -104,7 +105,7 @@ fn never_ends(block: &syn::Block) -> Option<(&Expr, String)> {
             ));
         }
     }
-    let (at, word) = block_leaves(block, &mut Vec::new())?;
+    let (at, word) = block_leaves(block, &mut Vec::new()).filter(|(_, w)| *w != "panic")?;
     Some((
         at,
         format!(
@@ -116,23 +117,33 @@ fn never_ends(block: &syn::Block) -> Option<(&Expr, String)> {
 }
 
 /// The `return`, `break` or `continue` by which a block always leaves the `scope!`, if it
-/// does: a statement of it that always does (what follows never runs). `labels`: those of the
-/// blocks around it inside the `scope!`, whose `break`s stay inside.
-fn block_leaves<'a>(
-    block: &'a syn::Block,
-    labels: &mut Vec<String>,
-) -> Option<(&'a Expr, &'static str)> {
+/// does, or `panic` where every way out of it panics: a statement of it that always does (what
+/// follows never runs). `labels`: those of the blocks around it inside the `scope!`, whose
+/// `break`s stay inside. A panic is named only where nothing else leaves: a block that may
+/// leave early or panic is never checked either.
+fn block_leaves<'a>(block: &'a syn::Block, labels: &mut Vec<String>) -> Option<Leaving<'a>> {
     block.stmts.iter().find_map(|s| match s {
         syn::Stmt::Expr(e, _) => leaves(e, labels),
+        syn::Stmt::Macro(m) if panics(&m.mac.path, PANICS) => Some((m, "panic")),
         _ => None,
     })
 }
 
-/// [`block_leaves`] for an expression: one that leaves, a block or parentheses around one,
-/// an `if` whose branches both leave, a `match` whose arms all do. Not through loops (a
-/// `break` there ends the loop), closures or anything else.
-fn leaves<'a>(expr: &'a Expr, labels: &mut Vec<String>) -> Option<(&'a Expr, &'static str)> {
+/// Where and how a block leaves: `return`, `break`, `continue` or `panic`.
+type Leaving<'a> = (&'a dyn ToTokens, &'static str);
+
+/// [`block_leaves`] for an expression: one that leaves or panics, a block or parentheses
+/// around one, an `if` whose branches both leave, a `match` whose arms all do (a panic named
+/// only where none leaves otherwise). Not through loops (a `break` there ends the loop),
+/// closures or anything else.
+fn leaves<'a>(expr: &'a Expr, labels: &mut Vec<String>) -> Option<Leaving<'a>> {
+    let early = |(_, word): &Leaving<'_>| *word != "panic";
     match expr {
+        Expr::Macro(m) if panics(&m.mac.path, PANICS) => Some((expr, "panic")),
+        Expr::Call(call) => match &*call.func {
+            Expr::Path(p) if panics(&p.path, EXITS) => Some((expr, "panic")),
+            _ => None,
+        },
         Expr::Return(_) => Some((expr, "return")),
         Expr::Continue(_) => Some((expr, "continue")),
         Expr::Break(b) => match &b.label {
@@ -153,13 +164,15 @@ fn leaves<'a>(expr: &'a Expr, labels: &mut Vec<String>) -> Option<(&'a Expr, &'s
         }
         Expr::If(i) => {
             let (_, otherwise) = i.else_branch.as_ref()?;
-            let then = block_leaves(&i.then_branch, labels)?;
-            leaves(otherwise, labels).map(|_| then)
+            let then = block_leaves(&i.then_branch, labels);
+            let otherwise = leaves(otherwise, labels)?;
+            then.map(|then| if early(&then) { then } else { otherwise })
         }
         Expr::Match(m) => {
-            let mut arms = m.arms.iter().map(|a| leaves(&a.body, labels));
-            let first = arms.next()??;
-            arms.all(|a| a.is_some()).then_some(first)
+            let arms: Option<Vec<_>> = m.arms.iter().map(|a| leaves(&a.body, labels)).collect();
+            let arms = arms?;
+            let early = arms.iter().copied().find(early);
+            early.or(arms.first().copied())
         }
         _ => None,
     }
@@ -171,16 +184,12 @@ fn leaves<'a>(expr: &'a Expr, labels: &mut Vec<String>) -> Option<(&'a Expr, &'s
 /// the expansion must not ask to implement `Tensors` (rustc's never-type fallback would make
 /// that `()`, an error under `dependency_on_unit_never_type_fallback`, or `!` in edition 2024).
 pub(crate) fn ends_in_panic(block: &syn::Block) -> bool {
-    let (path, wanted): (_, &[&[&str]]) = match block.stmts.last() {
-        Some(syn::Stmt::Macro(m)) => (&m.mac.path, PANICS),
-        Some(syn::Stmt::Expr(Expr::Macro(m), _)) => (&m.mac.path, PANICS),
-        Some(syn::Stmt::Expr(Expr::Call(call), _)) => match &*call.func {
-            Expr::Path(p) => (&p.path, &[&["process", "exit"], &["process", "abort"]]),
-            _ => return false,
-        },
-        _ => return false,
-    };
-    // Named as in the standard library, which may be written first (`std::process::exit`).
+    block_leaves(block, &mut Vec::new()).is_some_and(|(_, w)| w == "panic")
+}
+
+/// Whether `path` names one of `wanted`, as in the standard library, which may be written
+/// first (`std::process::exit`).
+fn panics(path: &syn::Path, wanted: &[&[&str]]) -> bool {
     let names: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
     let from_std = match names.first().map(String::as_str) {
         Some("std" | "core") if names.len() > 1 => &names[1..],
@@ -191,6 +200,8 @@ pub(crate) fn ends_in_panic(block: &syn::Block) -> bool {
 
 /// The standard macros that always panic.
 const PANICS: &[&[&str]] = &[&["panic"], &["todo"], &["unimplemented"], &["unreachable"]];
+/// The standard functions that end the process.
+const EXITS: &[&[&str]] = &[&["process", "exit"], &["process", "abort"]];
 
 /// Whether a `break` in the loop's body ends it: one without a label outside the loops nested
 /// in it, or one naming its label (not one leaving a loop around the `scope!`). A macro there

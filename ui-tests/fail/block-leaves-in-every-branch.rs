@@ -1,6 +1,6 @@
 #![allow(unused_labels, unreachable_code)] // the refused blocks expand to nothing
 // Blocks that always leave the `scope!` however they are written: inside an inner block, in
-// parentheses, in both branches of an `if`, in every arm of a `match`. A `break` to a labeled
+// parentheses, in both branches of an `if`, in every arm of a `match` (some arms panicking). A `break` to a labeled
 // block inside the `scope!` stays inside: that one is accepted.
 fn inner_block(items: &[u32]) {
     for _ in items {
@@ -38,6 +38,16 @@ fn every_arm(n: u32) -> u32 {
     })
 }
 
+fn leaves_or_panics(n: u32) -> u32 {
+    gpu_scope::scope!({
+        match n {
+            0 => todo!(),
+            1 => return 1,
+            _ => panic!("no"),
+        }
+    })
+}
+
 fn labeled_block_stays_inside(n: u32) -> u32 {
     gpu_scope::scope!({
         let value = 'found: {
@@ -52,6 +62,6 @@ fn labeled_block_stays_inside(n: u32) -> u32 {
 
 fn main() {
     inner_block(&[1]);
-    let _ = (parenthesised(), both_branches(1), every_arm(1));
+    let _ = (parenthesised(), both_branches(1), every_arm(1), leaves_or_panics(1));
     let _ = labeled_block_stays_inside(2);
 }

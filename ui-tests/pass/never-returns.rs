@@ -1,4 +1,5 @@
-// Functions returning `!` compile: the expansion never names the type.
+// Functions returning `!` compile: the expansion never names the type. So do blocks that
+// always panic.
 use gpu_scope::gpu_scope;
 
 #[gpu_scope]
@@ -13,8 +14,20 @@ async fn forever() -> ! {
     }
 }
 
+// A block whose every branch panics compiles whatever its type, as one ending in a panic.
+fn undecided(flag: bool) -> u32 {
+    gpu_scope::scope!({
+        if flag {
+            panic!("not yet")
+        } else {
+            todo!()
+        }
+    })
+}
+
 fn main() {
     std::panic::set_hook(Box::new(|_| {}));
     assert!(std::panic::catch_unwind(|| fail("stop")).is_err());
     let _never_polled = forever();
+    assert!(std::panic::catch_unwind(|| undecided(true)).is_err());
 }
