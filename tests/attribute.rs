@@ -470,6 +470,11 @@ fn budget_over_i32() -> Result<Tensor, Error> {
     Ok(floats(4))
 }
 
+#[gpu_scope(on_escape = error, max_peak = 1 << 70)]
+fn budget_over_u64() -> Result<Tensor, Error> {
+    Ok(floats(4))
+}
+
 #[test]
 fn budget_from_any_integer_expression() {
     let x = floats(256);
@@ -477,6 +482,9 @@ fn budget_from_any_integer_expression() {
     assert!(matches!(budget_of(&x, 512), Err(Error::OverBudget(_))));
     assert!(budget_over_i32().is_ok());
     assert_eq!(last_report().unwrap().max_peak, Some(8 << 30));
+    // Too large for `u64`: no limit.
+    assert!(budget_over_u64().is_ok());
+    assert_eq!(last_report().unwrap().max_peak, None);
 }
 
 struct Named {

@@ -46,9 +46,13 @@ pub(crate) fn scope_options(
     if let Some(max_peak) = &options.max_peak {
         let call = match &max_peak.value {
             Bytes::Size(bytes) => quote_spanned!(span=> .max_peak(#bytes)),
-            // Typed `u64` by the call, so that `8 * 1024 * 1024 * 1024` does not overflow `i32`.
+            // Typed `u128`, so that `8 * 1024 * 1024 * 1024` does not overflow `i32` and
+            // `1 << 70` (too large for `u64`: no limit) does not overflow at all.
             Bytes::Expr(expr) if literal_arithmetic(expr) => {
-                quote_spanned!(span=> .max_peak(#expr))
+                let bytes = quote_spanned! {local::at(expr.span())=>
+                    #private::MaxPeak::bytes({ let bytes: u128 = #expr; bytes })
+                };
+                quote_spanned!(span=> .max_peak_budget(#bytes))
             }
             // Any integer type (and nothing else: `true` is no budget), evaluated once; a
             // negative one is refused on entry.
