@@ -322,6 +322,14 @@ fn backtraces_start_at_the_users_code() {
         "gpu-scope's own frames dropped: {stdout}"
     );
     assert!(!stdout.contains("_ZN"), "C++ names demangled: {stdout}");
+    // Nor below the user's code: the scope that ran the closure, the runtime's start.
+    for below in [
+        "gpu_scope_runtime",
+        "__rust_begin_short_backtrace",
+        "lang_start",
+    ] {
+        assert!(!stdout.contains(below), "no `{below}` frame: {stdout}");
+    }
 }
 
 /// With a `tracing` subscriber, a `warn` escape is a WARN event for it and nothing on stderr.

@@ -34,6 +34,10 @@ const OURS: [&str; 5] = [
     "runtime/shim/",
 ];
 
+/// Where the Rust runtime calls `main` or a spawned thread's closure: the frames from there
+/// on are the runtime's.
+const RUNTIME: [&str; 1] = ["__rust_begin_short_backtrace"];
+
 /// Whether a symbol (or, for `<T as Trait>::f`, its type) starts with one of `prefixes`.
 fn starts_with_any(name: &str, prefixes: &[&str]) -> bool {
     let name = name.trim_start_matches('<');
@@ -59,12 +63,19 @@ pub(crate) fn format(mut bt: backtrace::Backtrace) -> String {
     let ours =
         |(name, at): &(String, String)| OURS.iter().any(|m| name.contains(m) || at.contains(m));
     let start = frames.iter().take(32).rposition(ours).map_or(0, |i| i + 1);
-    let frames = &frames[start..];
+    // Below the user's code: gpu-scope's own frames (the scope that ran the closure) and the
+    // runtime that started the thread or `main`.
+    let end = frames
+        .iter()
+        .position(|(name, _)| RUNTIME.iter().any(|r| name.contains(r)))
+        .unwrap_or(frames.len())
+        .max(start);
+    let frames: Vec<_> = frames[start..end].iter().filter(|f| !ours(f)).collect();
     let mut out = String::new();
     let users = |(name, at): &&(String, String)| {
         !starts_with_any(name, &NOT_USER) && !NOT_USER_FILES.iter().any(|f| at.contains(f))
     };
-    if let Some((name, at)) = frames.iter().find(users) {
+    if let Some((name, at)) = frames.iter().copied().find(users) {
         let _ = writeln!(out, "allocated in {name} {at}");
     }
     for (i, (name, at)) in frames.iter().enumerate() {
