@@ -257,6 +257,12 @@ fn bad_values_are_reported_at_the_first_scope() {
     assert!(out.status.success(), "{stderr}");
     let said = "GPU_SCOPE_BACKTRACE=\"on\u{fffd}\" is not one of";
     assert_eq!(stderr.matches(said).count(), 1, "{stderr}");
+    // Set to nothing (`GPU_SCOPE_ON_ESCAPE= cargo run`): the same as not set, not a bad value.
+    let vars = names.map(|name| (name, " "));
+    let out = child("bad_values_are_reported_at_the_first_scope", &vars);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("is not one of"), "{stderr}");
 }
 
 /// Keeping a tensor that has an autograd graph used to read `.grad` of non-leaf tensors,

@@ -1,7 +1,7 @@
 //! Configuration from the environment: every variable gpu-scope reads is read here, once per
-//! process, by one rule: surrounding space and case are ignored; a value outside the accepted
-//! words is reported once (on stderr and as a `tracing` warning), naming the variable and the
-//! words, and the default applies.
+//! process, by one rule: surrounding space and case are ignored, an empty value is the same as
+//! none; a value outside the accepted words is reported once (on stderr and as a `tracing`
+//! warning), naming the variable and the words, and the default applies.
 //!
 //! | variable | accepts | default |
 //! |---|---|---|
@@ -37,11 +37,16 @@ pub(crate) fn warn_once(message: &str) {
     }
 }
 
-/// The variable's value, if set to one of `accepted` (compared without case or space).
+/// The variable's value, if set to one of `accepted` (compared without case or space); an
+/// empty value is no value.
 fn word(name: &str, accepted: &[&'static str]) -> Option<&'static str> {
     // A value that is not UTF-8 is no accepted word either: reported, not silently ignored.
     let value = std::env::var_os(name)?.to_string_lossy().into_owned();
     let wanted = value.trim().to_ascii_lowercase();
+    if wanted.is_empty() {
+        // Set to nothing (`GPU_SCOPE_ON_ESCAPE= cargo run`): the same as not set.
+        return None;
+    }
     let found = accepted.iter().copied().find(|w| *w == wanted);
     if found.is_none() {
         warn_once(&format!(
