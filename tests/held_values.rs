@@ -244,6 +244,33 @@ fn keep_forever_inside_a_nested_scope_shows_in_both() {
 
 static FOREVER: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
 
+/// Memory given to `keep_forever` stays alive as far as the scopes around it can tell: their
+/// peak (and `max_peak`) count it until they end, here and in the scope around.
+#[test]
+fn keep_forever_counts_in_the_peak() {
+    let _serial = common::serial();
+    let (_, outer) = scope(strict("outer"), || {
+        let budget = 5 * block(400);
+        let inner = scope(strict("inner").max_peak(budget), || {
+            for _ in 0..10 {
+                let t = floats(100);
+                keep_forever(&t);
+                FOREVER.lock().unwrap().push(t);
+            }
+        })
+        .unwrap_err()
+        .report()
+        .cloned()
+        .expect("over its budget");
+        assert_eq!(inner.peak, 10 * block(400), "{inner}");
+        assert!(inner.over_budget(), "{inner}");
+        let _ = floats(100);
+    })
+    .unwrap();
+    assert_eq!(outer.peak, 11 * block(400), "{outer}");
+    FOREVER.lock().unwrap().clear();
+}
+
 /// An open scope counts what `keep_forever` took out of it per device (its line's bytes and
 /// allocations), not a record per call: a long-lived scope calling it in a loop grows nothing.
 #[test]

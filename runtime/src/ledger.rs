@@ -149,6 +149,9 @@ pub(crate) struct Counters {
     pub frees: u64,
     pub live: u64,
     pub peak: u64,
+    /// Bytes given to `keep_forever` while the frame was open: out of `live`, but alive as far
+    /// as the frame can tell, so in its peak.
+    pub forever: u64,
 }
 
 impl Counters {
@@ -162,7 +165,7 @@ impl Counters {
     /// Live bytes that arrive (a new block, or one handed back by an inner frame).
     fn gain(&mut self, bytes: u64) {
         self.live += bytes;
-        self.peak = self.peak.max(self.live);
+        self.peak = self.peak.max(self.live + self.forever);
     }
 
     /// Live bytes that leave. An entry subtracts what it added; saturating only so that a bug
@@ -485,6 +488,7 @@ pub(crate) fn untrack(keys: impl IntoIterator<Item = Key>) {
         for frame in entry.chain.iter().flat_map(|c| c.iter()) {
             let mut state = frame.lock();
             if state.open {
+                state.stats.both(key.1, |c| c.forever += entry.bytes);
                 match state.forever.iter_mut().find(|(d, ..)| *d == key.1) {
                     Some((_, bytes, count)) => {
                         (*bytes, *count) = (*bytes + entry.bytes, *count + 1)

@@ -148,7 +148,7 @@ pub struct DeviceReport {
     pub requested: u64,
     /// Bytes freed before the check.
     pub freed: u64,
-    /// Highest live bytes.
+    /// Highest live bytes (memory given to `keep_forever` alive to the scope's end).
     pub peak: u64,
     /// Bytes alive and owned by what the scope handed back.
     pub kept: u64,
@@ -186,7 +186,8 @@ pub struct ScopeReport {
     pub requested: u64,
     /// Bytes of those that were freed before the check.
     pub freed: u64,
-    /// Highest live bytes of the scope's own allocations (nested scopes included).
+    /// Highest live bytes of the scope's own allocations (nested scopes included); memory
+    /// given to `keep_forever` counts as alive from then to the scope's end.
     pub peak: u64,
     /// Bytes still alive and owned by what the scope handed back; in a report that was not
     /// checked, every byte still alive at its end (handed to the enclosing scope unchecked).
