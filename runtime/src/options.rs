@@ -17,7 +17,8 @@ pub enum EscapePolicy {
     /// Return [`Error::Escaped`](crate::Error::Escaped) or [`Error::OverBudget`](crate::Error::OverBudget).
     Error,
     /// Only record it in the report. A scope that cannot be entered (a device that does not
-    /// exist) or ends out of order is still warned about.
+    /// exist) or ends out of order is not an escape: the runtime API returns that error
+    /// whatever the policy, and the macros, whose function has no such error to return, warn.
     Ignore,
 }
 
