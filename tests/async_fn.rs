@@ -370,6 +370,55 @@ fn a_future_cancelled_on_another_thread_ends_where_it_was_polled() {
 
 static CANCELLED: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
 
+#[gpu_scope(name = "cancelled alone", on_escape = error)]
+async fn leaks_then_waits_strict() -> Result<(), Error> {
+    CANCELLED.lock().unwrap().push(floats(11));
+    tokio::task::yield_now().await;
+    Ok(())
+}
+
+#[gpu_scope(name = "cancelled loudly", on_escape = panic)]
+async fn leaks_then_waits_loudly() {
+    CANCELLED.lock().unwrap().push(floats(11));
+    tokio::task::yield_now().await;
+}
+
+/// A cancelled async scope that no open scope takes in (the scopes its last poll ran in have
+/// ended, having shown its memory as another scope's, or it ran in none) is checked where it
+/// is dropped, under its policy (`error`, which a drop cannot return, warns): its leak is
+/// not lost.
+#[test]
+fn a_cancelled_future_no_open_scope_takes_in_is_checked_where_dropped() {
+    use std::future::Future;
+    let _serial = common::serial();
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    for polled_in_a_scope in [false, true] {
+        let outer =
+            polled_in_a_scope.then(|| gpu_scope::Scope::enter(strict("polled-in")).unwrap());
+        let mut future = Box::pin(leaks_then_waits_strict());
+        assert!(future.as_mut().poll(&mut cx).is_pending());
+        if let Some(outer) = outer {
+            let report = outer.exit(&()).unwrap();
+            assert_eq!(
+                report.held_by(gpu_scope::HeldBy::OtherScope),
+                block(44),
+                "{report}"
+            );
+        }
+        drop(future);
+        let report = gpu_scope::last_report().unwrap();
+        assert_eq!(report.name, "cancelled alone", "{report}");
+        assert_eq!(report.escaped_bytes, block(44), "{report}");
+        CANCELLED.lock().unwrap().clear();
+    }
+    let mut future = Box::pin(leaks_then_waits_loudly());
+    assert!(future.as_mut().poll(&mut cx).is_pending());
+    let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(future)));
+    let message = *panic.unwrap_err().downcast::<String>().unwrap();
+    assert!(message.contains("cancelled loudly"), "{message}");
+    CANCELLED.lock().unwrap().clear();
+}
+
 /// Ends the scope it is polled in from inside its own body, while a tensor it made is alive.
 #[gpu_scope::gpu_scope(name = "polled inside")]
 async fn ends_where_it_is_polled(

@@ -27,8 +27,9 @@ mod close;
 mod frame;
 pub(crate) mod spare;
 
-use close::open_chain;
-pub(crate) use close::{close, entries_to_inspect, Closed, Fate, HeldLine, Judge, KeepAll};
+pub(crate) use close::{
+    close, entries_to_inspect, open_chain, Closed, Fate, HeldLine, Judge, KeepAll,
+};
 use frame::Owned;
 pub(crate) use frame::{Frame, BLIND, BLIND_KEPT, CARRIED, GRAPH, MISSED, PARKED};
 

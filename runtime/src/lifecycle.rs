@@ -15,7 +15,7 @@ use crate::config::{attribution, Attribution};
 use crate::device::DeviceId;
 use crate::ledger::{self, Chain, Closed, Frame, KeepAll};
 use crate::memory::{self, check_device};
-use crate::options::ScopeOptions;
+use crate::options::{EscapePolicy, ScopeOptions};
 use crate::release::{self, Released};
 use crate::report::{self, DeviceReport, Escape, Held, HeldBy, ScopeReport, Untracked};
 use crate::tensors::StorageSet;
@@ -235,6 +235,18 @@ impl OpenScope {
         tracing::debug!(target: "gpu_scope", report = %report.to_json(), "scope `{}` exited", report.name);
         report::set_last(&report);
         report
+    }
+
+    /// An async scope off every stack (a cancelled future) whose last poll's scopes have all
+    /// ended, or that ran in none: ended unchecked, what it left alive would go to nobody.
+    fn judged_by_nobody(&self) -> bool {
+        self.suspended
+            && self.placed.is_none()
+            && self
+                .polled_in
+                .as_ref()
+                .and_then(ledger::open_chain)
+                .is_none()
     }
 
     /// Where the scope's own graphs begin, for a kept tensor's graph: the thread it was
@@ -518,16 +530,26 @@ fn group_held(held: &[ledger::HeldLine]) -> Vec<Held> {
 
 impl Drop for OpenScope {
     fn drop(&mut self) {
-        // Not closed: a panic, an early return, a cancelled future. End without a check;
-        // not while the thread itself ends (a scope kept in a thread-local), when the thread's
-        // state has ended the scope already.
-        if !self.closed && thread::alive() {
-            drop(self.close(&StorageSet::new(), false));
-        } else if !self.closed {
-            // Off every stack (an async scope kept in a thread-local): its frame ends, into
-            // where it was last polled, with nothing that calls into libtorch, whose own
-            // thread state may be gone.
+        // Not closed: a panic, an early return, a cancelled future.
+        if self.closed {
+        } else if !thread::alive() {
+            // The thread itself ends (a scope kept in a thread-local) and its state has ended
+            // the scope's levels already. Off every stack (an async scope kept in a
+            // thread-local): its frame ends, into where it was last polled, with nothing that
+            // calls into libtorch, whose own thread state may be gone.
             ledger::close(&self.frame, self.polled_in.as_ref(), &KeepAll);
+        } else if self.judged_by_nobody() {
+            // A cancelled future that no open scope takes in: checked here, with nothing
+            // handed back. A drop cannot return an error: `error` warns.
+            let report = self.close(&StorageSet::new(), true);
+            let policy = match self.opts.policy() {
+                EscapePolicy::Error => EscapePolicy::Warn,
+                policy => policy,
+            };
+            let _ = policy::act(policy, report);
+        } else {
+            // Ended without a check, into the scopes around it, which judge what it left.
+            drop(self.close(&StorageSet::new(), false));
         }
         Frame::recycle(&mut self.frame);
     }

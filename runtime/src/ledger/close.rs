@@ -397,7 +397,7 @@ fn adopt(frame: &Frame, key: Key) -> Option<u32> {
 /// what a scope leaves behind goes. `None` when every scope it could go to has ended, or
 /// when the frames closed into each other in a ring (an async scope resumed inside work
 /// carried into a scope opened inside it, both ended): nothing is open there.
-pub(super) fn open_chain(chain: &Chain) -> Option<Chain> {
+pub(crate) fn open_chain(chain: &Chain) -> Option<Chain> {
     let mut chain = chain.clone();
     for _ in 0..OPEN_CHAIN_STEPS {
         let next = {
