@@ -87,9 +87,11 @@ fn warn(location: &'static Location<'static>, error: &Error) {
     let attributed = error
         .report()
         .is_some_and(|r| r.attributed && !r.escaped.is_empty());
+    // Printed under the lock, so that threads failing at one place print their lines in
+    // the order they counted them.
+    let mut places = SEEN.lock().unwrap_or_else(|e| e.into_inner());
     let (count, full) = {
-        let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
-        let seen = seen.entry(key).or_default();
+        let seen = places.entry(key).or_default();
         seen.count += 1;
         let kind = std::mem::discriminant(error);
         let new_kind = !seen.kinds.contains(&kind);
@@ -110,4 +112,5 @@ fn warn(location: &'static Location<'static>, error: &Error) {
             location.line()
         );
     }
+    drop(places);
 }
