@@ -262,12 +262,12 @@ fn keep_forever_counts_in_the_peak() {
         .report()
         .cloned()
         .expect("over its budget");
-        assert_eq!(inner.peak, 10 * block(400), "{inner}");
+        assert_eq!(on(&inner).peak, 10 * block(400), "{inner}");
         assert!(inner.over_budget(), "{inner}");
         let _ = floats(100);
     })
     .unwrap();
-    assert_eq!(outer.peak, 11 * block(400), "{outer}");
+    assert_eq!(on(&outer).peak, 11 * block(400), "{outer}");
     FOREVER.lock().unwrap().clear();
 }
 
