@@ -237,18 +237,6 @@ impl OpenScope {
         report
     }
 
-    /// An async scope off every stack (a cancelled future) whose last poll's scopes have all
-    /// ended, or that ran in none: ended unchecked, what it left alive would go to nobody.
-    fn judged_by_nobody(&self) -> bool {
-        self.suspended
-            && self.placed.is_none()
-            && self
-                .polled_in
-                .as_ref()
-                .and_then(ledger::open_chain)
-                .is_none()
-    }
-
     /// Where the scope's own graphs begin, for a kept tensor's graph: the thread it was
     /// entered on and that thread's count of autograd nodes then (graphs made on other threads
     /// may be its own: carried work, later polls).
@@ -530,9 +518,17 @@ fn group_held(held: &[ledger::HeldLine]) -> Vec<Held> {
 
 impl Drop for OpenScope {
     fn drop(&mut self) {
-        // Not closed: a panic, an early return, a cancelled future.
-        if self.closed {
-        } else if !thread::alive() {
+        if !self.closed {
+            self.end_unclosed();
+        }
+        Frame::recycle(&mut self.frame);
+    }
+}
+
+impl OpenScope {
+    /// Ends a scope dropped without a close: a panic, an early return, a cancelled future.
+    fn end_unclosed(&mut self) {
+        if !thread::alive() {
             // The thread itself ends (a scope kept in a thread-local) and its state has ended
             // the scope's levels already. Off every stack (an async scope kept in a
             // thread-local): its frame ends, into where it was last polled, with nothing that
@@ -551,6 +547,17 @@ impl Drop for OpenScope {
             // Ended without a check, into the scopes around it, which judge what it left.
             drop(self.close(&StorageSet::new(), false));
         }
-        Frame::recycle(&mut self.frame);
+    }
+
+    /// An async scope off every stack (a cancelled future) whose last poll's scopes have all
+    /// ended, or that ran in none: ended unchecked, what it left alive would go to nobody.
+    fn judged_by_nobody(&self) -> bool {
+        self.suspended
+            && self.placed.is_none()
+            && self
+                .polled_in
+                .as_ref()
+                .and_then(ledger::open_chain)
+                .is_none()
     }
 }
