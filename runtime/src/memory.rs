@@ -14,7 +14,8 @@ use std::sync::OnceLock;
 /// there, so for [`tch::Device::Cpu`] gpu-scope reports what it can see: the CPU blocks
 /// allocated inside scopes that are still alive (`allocated == reserved`, exact), and their
 /// peak, counted per allocating thread so that threads do not share a counter: exact when one
-/// thread has allocated since the last [`reset_peak`], otherwise the sum of each thread's
+/// thread has held such blocks since the last [`reset_peak`] (a thread's count starts at what
+/// it held then), otherwise the sum of each thread's
 /// highest since then, also of threads that allocated one after the other (never below the
 /// true peak; a scope's report has its own exact peak).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
