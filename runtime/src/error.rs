@@ -59,7 +59,7 @@ impl fmt::Display for Error {
             Error::NoSuchDevice { device, available } => write!(
                 f,
                 "gpu-scope: device `{device}` does not exist in this process ({available}); \
-                 give the scope one of those"
+                 use one of those"
             ),
             Error::Escaped(r) => {
                 write!(
