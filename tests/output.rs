@@ -587,3 +587,23 @@ fn a_generic_argument_without_the_bound_is_named_with_the_fix() {
     assert!(report.is_clean(), "{report}");
     assert_eq!(cache.0.len(), 2);
 }
+
+/// An escape whose requested size is not known (the first CUDA allocation after the device's
+/// first use) shows `?`, and the footnote says what it means, even where every count is a
+/// block (the unknown request is counted at its block).
+#[test]
+fn an_unknown_request_is_explained() {
+    let mut report = common::escaped(scope(strict("unknown"), || {
+        SINK.lock().unwrap().push(floats(3))
+    }));
+    SINK.lock().unwrap().clear();
+    let text = report.to_string();
+    assert!(!text.contains("not known yet"), "{text}");
+    report.escaped[0].requested = None;
+    for device in &mut report.devices {
+        device.requested = device.allocated;
+    }
+    report.requested = report.allocated;
+    let text = report.to_string();
+    assert!(text.contains("`?`: not known yet"), "{text}");
+}

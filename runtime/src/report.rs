@@ -467,10 +467,15 @@ impl fmt::Display for ScopeReport {
         {
             self.device_table(f)?;
         }
-        if self.devices.iter().any(|d| d.allocated != d.requested) {
+        let unknown = self.escaped.iter().any(|e| e.requested.is_none());
+        if unknown || self.devices.iter().any(|d| d.allocated != d.requested) {
+            let not_known = match unknown {
+                true => "; `?`: not known yet, counted at its block",
+                false => "",
+            };
             writeln!(
                 f,
-                "  (bytes are allocator blocks; `requested` is what the tensors asked for)"
+                "  (bytes are allocator blocks; `requested` is what the tensors asked for{not_known})"
             )?;
         }
         for u in &self.untracked {
