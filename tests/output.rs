@@ -88,6 +88,33 @@ fn warn_counts_every_failure_of_a_place() {
     );
 }
 
+/// A place whose scope cannot be entered (a device that does not exist) is counted too; its
+/// repeat lines say it failed, not that it failed a check, and point at a message.
+#[test]
+fn warn_counts_entries_that_fail_without_calling_them_checks() {
+    if in_child() {
+        for _ in 0..4 {
+            scope!(on_escape = warn, device = Device::Cuda(63), {
+                drop(floats(4))
+            });
+        }
+        return;
+    }
+    let out = child(
+        "warn_counts_entries_that_fail_without_calling_them_checks",
+        &[],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stderr.matches("does not exist").count(), 1, "{stderr}");
+    let again: Vec<&str> = stderr.lines().filter(|l| l.contains("again")).collect();
+    assert_eq!(again.len(), 2, "at the 2nd and 4th failure: {stderr}");
+    for line in &again {
+        assert!(line.contains("failed again"), "{stderr}");
+        assert!(line.contains("the first message above"), "{stderr}");
+    }
+}
+
 /// Under the release default (`on-leak`) the first report is found without attribution and
 /// says the next one names operators and shapes: that next one is shown in full too.
 #[test]

@@ -105,9 +105,15 @@ fn warn(location: &'static Location<'static>, error: &Error) {
     if full {
         eprintln!("{error}");
     } else if count.is_power_of_two() {
+        // A scope that could not be entered (or was ended by its enclosing scope) was not
+        // checked: its line says so, and points at a message rather than a report.
+        let (what, first) = match error.report() {
+            Some(_) => ("failed its check again", "report"),
+            None => ("failed again", "message"),
+        };
         eprintln!(
-            "gpu-scope: the scope at {}:{} failed its check again ({count} times so far; \
-             the first report above)",
+            "gpu-scope: the scope at {}:{} {what} ({count} times so far; the first {first} \
+             above)",
             location.file(),
             location.line()
         );
