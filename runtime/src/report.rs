@@ -601,6 +601,17 @@ impl ScopeReport {
                  here names operators and shapes; =on names them always)"
             )?;
         }
+        let traced = self.escaped.iter().any(|e| e.backtrace.is_some());
+        writeln!(
+            f,
+            "  (to fix: drop it before the scope ends, hand it back (return it, `keep = [..]`, \
+             `gpu_scope::keep`), or keep it for good with `gpu_scope::keep_forever`{})",
+            if traced {
+                ""
+            } else {
+                "; GPU_SCOPE_BACKTRACE=on shows where each was made"
+            }
+        )?;
         Ok(())
     }
 }
@@ -662,6 +673,26 @@ mod tests {
         for (bytes, text) in cases {
             assert_eq!(Bytes(bytes).to_string(), text);
         }
+    }
+
+    /// An escaped report says how to fix it, and how to find where each allocation was made
+    /// when backtraces were not recorded; a clean one says nothing of the kind.
+    #[test]
+    fn an_escape_says_how_to_fix_it() {
+        let text = report("leaky", 2).to_string();
+        assert!(
+            text.contains("(to fix: drop it before the scope ends"),
+            "{text}"
+        );
+        assert!(text.contains("GPU_SCOPE_BACKTRACE=on"), "{text}");
+        let mut traced = report("traced", 1);
+        traced.escaped[0].backtrace = Some("0: main".into());
+        let text = traced.to_string();
+        assert!(
+            text.contains("to fix:") && !text.contains("GPU_SCOPE_BACKTRACE"),
+            "{text}"
+        );
+        assert!(!report("clean", 0).to_string().contains("to fix:"));
     }
 
     /// The thread's last report is overwritten in place: nothing of the one before stays.
