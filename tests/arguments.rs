@@ -726,6 +726,73 @@ fn an_owned_tensor_the_caller_shares_is_kept() {
     kept_nothing(grow_optional(None, 64));
 }
 
+/// Pushes a tensor into a cache it is given by value.
+trait Push {
+    fn push_one(&self, t: Tensor);
+}
+
+impl Push for Arc<Mutex<Vec<Tensor>>> {
+    fn push_one(&self, t: Tensor) {
+        self.lock().unwrap().push(t)
+    }
+}
+
+impl Push for Rc<RefCell<Vec<Tensor>>> {
+    fn push_one(&self, t: Tensor) {
+        self.borrow_mut().push(t)
+    }
+}
+
+#[gpu_scope(on_escape = error)]
+fn push_generic<C: Push + Tensors>(cache: C) -> Result<(), Error> {
+    cache.push_one(floats(4));
+    Ok(())
+}
+
+#[gpu_scope(on_escape = error)]
+fn push_impl(cache: impl Push + Tensors) -> Result<(), Error> {
+    cache.push_one(floats(4));
+    Ok(())
+}
+
+#[gpu_scope(on_escape = error)]
+fn grow_generic<T: Tensors + Into<Tensor>>(x: T, n: i64) -> Result<(), Error> {
+    let _ = x.into().resize_([n]);
+    Ok(())
+}
+
+#[gpu_scope(on_escape = error)]
+fn grow_generic_optional<T: Tensors + Into<Tensor>>(x: Option<T>, n: i64) -> Result<(), Error> {
+    if let Some(x) = x {
+        let _ = x.into().resize_([n]);
+    }
+    Ok(())
+}
+
+/// A generic or `impl Trait` argument bound by `Tensors` is looked into at run time: an `Arc`,
+/// `Rc` or `shallow_clone` the caller still shares is kept as when its type is written out,
+/// and one the caller gave away still dies inside, with what the body stored in it.
+#[test]
+fn a_generic_owned_argument_the_caller_shares_is_kept() {
+    let arc = Arc::new(Mutex::new(Vec::new()));
+    assert_eq!(kept(push_generic(Arc::clone(&arc))).kept, 16);
+    assert_eq!(kept(push_impl(Arc::clone(&arc))).kept, 16);
+    let rc = Rc::new(RefCell::new(Vec::new()));
+    assert_eq!(kept(push_generic(Rc::clone(&rc))).kept, 16);
+    assert_eq!((arc.lock().unwrap().len(), rc.borrow().len()), (2, 1));
+    let x = floats(4);
+    assert_eq!(kept(grow_generic(x.shallow_clone(), 64)).kept, 256);
+    assert_eq!(x.size(), [64]);
+    assert_eq!(
+        kept(grow_generic_optional(Some(x.shallow_clone()), 128)).kept,
+        512
+    );
+    assert_eq!(x.size(), [128]);
+    kept_nothing(grow_generic(floats(4), 64));
+    kept_nothing(push_generic(Arc::new(Mutex::new(Vec::new()))));
+    kept_nothing(grow_generic_optional(Some(floats(4)), 64));
+}
+
 /// Allocates into `SINK` when dropped: a leak made by an argument's drop.
 struct Recorder;
 

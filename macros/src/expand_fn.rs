@@ -206,7 +206,7 @@ fn kept_values(args: &Args, ret_ty: Option<&Type>) -> (Vec<TokenStream>, TokenSt
         let handle = format_ident!("{}{}", SHARED, i, span = span);
         shares.push(quote_spanned! {span=>
             let #handle = {
-                use ::gpu_scope::__private::{ViaShared as _, ViaSharedUnseen as _, ViaUnshared as _};
+                use ::gpu_scope::__private::{ViaShared as _, ViaSharedUnseen as _, ViaOwnTensors as _, ViaUnshared as _};
                 (&&::gpu_scope::__private::Owned(&#owned)).__gpu_scope_share()
             };
         });

@@ -244,7 +244,7 @@ unsafe impl Send for SharedTensor {}
 unsafe impl Sync for SharedTensor {}
 
 impl SharedTensor {
-    fn new(t: &tch::Tensor) -> SharedTensor {
+    pub(crate) fn new(t: &tch::Tensor) -> SharedTensor {
         let mut weak = std::ptr::null_mut();
         // SAFETY: `as_ptr` points at the live `at::Tensor` that `t` owns; a plain out-pointer.
         let status = unsafe { crate::ffi::gs_tensor_weak(t.as_ptr().cast(), &mut weak) };
@@ -347,6 +347,75 @@ impl<T: Tensors + ?Sized> ViaShared for &Owned<'_, Option<Rc<T>>> {
         self.0
             .as_ref()
             .map(|a| ViaShared::__gpu_scope_share(&&Owned(a)))
+    }
+}
+
+/// Chosen for any other type with a [`Tensors`] impl, generic arguments bound by it included:
+/// what it shares is found at run time, through [`Tensors::__gpu_scope_shared`].
+pub trait ViaOwnTensors {
+    fn __gpu_scope_share(&self) -> Share;
+}
+
+impl<T: Tensors + ?Sized> ViaOwnTensors for &&Owned<'_, T> {
+    fn __gpu_scope_share(&self) -> Share {
+        self.0.__gpu_scope_shared()
+    }
+}
+
+/// The handle [`ViaShared`] gives, with its type erased: what a generic argument found to be
+/// an `Arc`, an `Rc` or a `Tensor` still shares with the caller.
+#[allow(missing_debug_implementations)]
+pub struct Share(Option<Erased>);
+
+struct Erased {
+    handle: *mut (),
+    visit: unsafe fn(*mut (), &mut StorageSet),
+    free: unsafe fn(*mut ()),
+}
+
+// SAFETY: a `Share` is made from an owned argument of a scoped function and lives in that
+// function's frame (or its future) beside where the argument was, so it crosses threads only
+// where the argument's own type could: a future holding an `Rc` argument is not `Send`.
+unsafe impl Send for Share {}
+// SAFETY: as above.
+unsafe impl Sync for Share {}
+
+impl Share {
+    pub(crate) const NONE: Share = Share(None);
+
+    /// A handle from [`ViaShared`], boxed with its type erased.
+    pub(crate) fn erase<H: Tensors>(handle: H) -> Share {
+        // SAFETY (both): `handle` is the `Box<H>` made below, freed once.
+        unsafe fn visit<H: Tensors>(handle: *mut (), set: &mut StorageSet) {
+            unsafe { (*handle.cast::<H>()).visit(set) }
+        }
+        unsafe fn free<H>(handle: *mut ()) {
+            drop(unsafe { Box::from_raw(handle.cast::<H>()) })
+        }
+        let handle = Box::into_raw(Box::new(handle)).cast();
+        Share(Some(Erased {
+            handle,
+            visit: visit::<H>,
+            free: free::<H>,
+        }))
+    }
+}
+
+impl Tensors for Share {
+    fn visit(&self, set: &mut StorageSet) {
+        if let Some(e) = &self.0 {
+            // SAFETY: `handle` and `visit` were made together by `Share::erase`.
+            unsafe { (e.visit)(e.handle, set) }
+        }
+    }
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        if let Some(e) = self.0.take() {
+            // SAFETY: as in `visit`; taken, so freed once.
+            unsafe { (e.free)(e.handle) }
+        }
     }
 }
 

@@ -357,11 +357,23 @@ pub trait Tensors {
     {
         items.iter().for_each(|v| v.visit(set))
     }
+
+    /// What an owned argument of this type still shares with the caller when it is an `Arc`,
+    /// an `Rc` or a `Tensor` (an `Option` of one): how a `#[gpu_scope]` function finds that
+    /// through a generic or `impl Trait` argument's `Tensors` bound. Not for implementing.
+    #[doc(hidden)]
+    fn __gpu_scope_shared(&self) -> crate::__private::Share {
+        crate::__private::Share::NONE
+    }
 }
 
 impl Tensors for tch::Tensor {
     fn visit(&self, set: &mut StorageSet) {
         set.add_tensor(self);
+    }
+
+    fn __gpu_scope_shared(&self) -> crate::__private::Share {
+        crate::__private::Share::erase(crate::__private::SharedTensor::new(self))
     }
 
     fn visit_slice(items: &[Self], set: &mut StorageSet) {
@@ -671,6 +683,11 @@ macro_rules! shared {
                 let shared = $t::strong_count(self) > 1;
                 set.unless_searching::<Self, T>($t::as_ptr(self), shared, |set| (**self).visit(set))
             }
+
+            fn __gpu_scope_shared(&self) -> crate::__private::Share {
+                use crate::__private::{Owned, Share, ViaShared};
+                Share::erase(ViaShared::__gpu_scope_share(&&Owned(self)))
+            }
         })*
     };
 }
@@ -698,7 +715,18 @@ macro_rules! iter {
         })*
     };
 }
-iter!(LinkedList<T>, BinaryHeap<T>, BTreeSet<T>, Option<T>);
+iter!(LinkedList<T>, BinaryHeap<T>, BTreeSet<T>);
+
+impl<T: Tensors> Tensors for Option<T> {
+    fn visit(&self, set: &mut StorageSet) {
+        self.iter().for_each(|v| v.visit(set))
+    }
+
+    fn __gpu_scope_shared(&self) -> crate::__private::Share {
+        self.as_ref()
+            .map_or(crate::__private::Share::NONE, T::__gpu_scope_shared)
+    }
+}
 
 impl<T: Tensors, S> Tensors for HashSet<T, S> {
     fn visit(&self, set: &mut StorageSet) {
