@@ -528,7 +528,9 @@ impl fmt::Display for ScopeReport {
                  so gpu-scope saw no tensors in them; if they hold tensors, add \
                  `#[derive(gpu_scope::Tensors)]` to the type (in a generic function or a trait's \
                  default method, also the bound `T: gpu_scope::Tensors`, or `Self:` for a \
-                 receiver: the search is chosen where the function is written)",
+                 receiver: the search is chosen where the function is written; for another \
+                 crate's type, such as a channel or a closure, pass a type of yours that \
+                 holds the tensors and derives it)",
                 self.opaque_kept.join(", ")
             )?;
         }
