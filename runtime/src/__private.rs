@@ -244,7 +244,7 @@ unsafe impl Send for SharedTensor {}
 unsafe impl Sync for SharedTensor {}
 
 impl SharedTensor {
-    pub(crate) fn new(t: &tch::Tensor) -> SharedTensor {
+    fn new(t: &tch::Tensor) -> SharedTensor {
         let mut weak = std::ptr::null_mut();
         // SAFETY: `as_ptr` points at the live `at::Tensor` that `t` owns; a plain out-pointer.
         let status = unsafe { crate::ffi::gs_tensor_weak(t.as_ptr().cast(), &mut weak) };

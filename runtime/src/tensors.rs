@@ -373,7 +373,8 @@ impl Tensors for tch::Tensor {
     }
 
     fn __gpu_scope_shared(&self) -> crate::__private::Share {
-        crate::__private::Share::erase(crate::__private::SharedTensor::new(self))
+        use crate::__private::{Owned, Share, ViaShared};
+        Share::erase(ViaShared::__gpu_scope_share(&&Owned(self)))
     }
 
     fn visit_slice(items: &[Self], set: &mut StorageSet) {
