@@ -743,6 +743,18 @@ impl Push for Rc<RefCell<Vec<Tensor>>> {
     }
 }
 
+impl<P: Push + ?Sized> Push for &P {
+    fn push_one(&self, t: Tensor) {
+        (**self).push_one(t)
+    }
+}
+
+impl<P: Push + ?Sized> Push for Box<P> {
+    fn push_one(&self, t: Tensor) {
+        (**self).push_one(t)
+    }
+}
+
 #[gpu_scope(on_escape = error)]
 fn push_generic<C: Push + Tensors>(cache: C) -> Result<(), Error> {
     cache.push_one(floats(4));
@@ -769,6 +781,22 @@ fn grow_generic_optional<T: Tensors + Into<Tensor>>(x: Option<T>, n: i64) -> Res
     Ok(())
 }
 
+#[allow(clippy::redundant_allocation)] // a boxed handle, as written
+#[gpu_scope(on_escape = error)]
+fn push_boxed(cache: Box<Arc<Mutex<Vec<Tensor>>>>) -> Result<(), Error> {
+    cache.push_one(floats(4));
+    Ok(())
+}
+
+#[gpu_scope(on_escape = error)]
+fn grow_pinned<T: Tensors + std::ops::Deref<Target = Tensor>>(
+    x: Pin<T>,
+    n: i64,
+) -> Result<(), Error> {
+    let _ = x.shallow_clone().resize_([n]);
+    Ok(())
+}
+
 /// A generic or `impl Trait` argument bound by `Tensors` is looked into at run time: an `Arc`,
 /// `Rc` or `shallow_clone` the caller still shares is kept as when its type is written out,
 /// and one the caller gave away still dies inside, with what the body stored in it.
@@ -790,6 +818,19 @@ fn a_generic_owned_argument_the_caller_shares_is_kept() {
     assert_eq!(x.size(), [128]);
     kept_nothing(grow_generic(floats(4), 64));
     kept_nothing(push_generic(Arc::new(Mutex::new(Vec::new()))));
+    arc.lock().unwrap().clear();
+    // Through a box, and a shared borrow (all of it the caller's, whatever it holds).
+    assert_eq!(kept(push_generic(Box::new(Arc::clone(&arc)))).kept, 16);
+    assert_eq!(kept(push_boxed(Box::new(Arc::clone(&arc)))).kept, 16);
+    assert_eq!(kept(push_generic(&arc)).kept, 16);
+    assert_eq!(kept(push_impl(&rc)).kept, 16);
+    kept_nothing(push_generic(Box::new(Arc::new(Mutex::new(Vec::new())))));
+    let pinned = Box::pin(x.shallow_clone());
+    assert_eq!(kept(grow_pinned(pinned, 256)).kept, 1024);
+    assert_eq!(
+        (arc.lock().unwrap().len(), rc.borrow().len(), x.size()),
+        (3, 2, vec![256])
+    );
     kept_nothing(grow_generic_optional(Some(floats(4)), 64));
 }
 

@@ -231,6 +231,16 @@ impl<T: Tensors + ?Sized> Tensors for SharedRc<T> {
     }
 }
 
+/// What a generic argument that is a shared borrow (`T = &U`) shares with the caller: all of
+/// it, searched as a `&U` argument is.
+pub(crate) struct SharedBorrow<'a, T: ?Sized>(pub &'a T);
+
+impl<T: Tensors + ?Sized> Tensors for SharedBorrow<'_, T> {
+    fn visit(&self, set: &mut StorageSet) {
+        set.made_before(true, |set| self.0.visit(set))
+    }
+}
+
 /// What an owned `Tensor` argument still shares with the caller when the scope ends: a
 /// `shallow_clone` shares the tensor itself, not only its storage, so what the body grew it
 /// into (`resize_`, an `out=` operator) is the caller's. A weak reference, taken only when

@@ -359,7 +359,7 @@ pub trait Tensors {
     }
 
     /// What an owned argument of this type still shares with the caller when it is an `Arc`,
-    /// an `Rc` or a `Tensor` (an `Option` of one): how a `#[gpu_scope]` function finds that
+    /// an `Rc` or a `Tensor` (an `Option`, `Box`, `Pin`, `Cow` or reference of one): how a `#[gpu_scope]` function finds that
     /// through a generic or `impl Trait` argument's `Tensors` bound. Not for implementing.
     #[doc(hidden)]
     fn __gpu_scope_shared(&self) -> crate::__private::Share {
@@ -672,10 +672,25 @@ macro_rules! deref {
     ($($t:ty),* $(,)?) => {
         $(impl<T: Tensors + ?Sized> Tensors for $t {
             fn visit(&self, set: &mut StorageSet) { (**self).visit(set) }
+
+            fn __gpu_scope_shared(&self) -> crate::__private::Share {
+                (**self).__gpu_scope_shared()
+            }
         })*
     };
 }
-deref!(&T, &mut T, Box<T>);
+deref!(&mut T, Box<T>);
+
+impl<T: Tensors + ?Sized> Tensors for &T {
+    fn visit(&self, set: &mut StorageSet) {
+        (**self).visit(set)
+    }
+
+    /// A shared borrow passed as a generic argument is the caller's, as a `&T` argument is.
+    fn __gpu_scope_shared(&self) -> crate::__private::Share {
+        crate::__private::Share::erase(crate::__private::SharedBorrow(*self))
+    }
+}
 
 macro_rules! shared {
     ($($t:ident),* $(,)?) => {
@@ -698,6 +713,10 @@ impl<P: std::ops::Deref<Target: Tensors>> Tensors for Pin<P> {
     fn visit(&self, set: &mut StorageSet) {
         (**self).visit(set)
     }
+
+    fn __gpu_scope_shared(&self) -> crate::__private::Share {
+        (**self).__gpu_scope_shared()
+    }
 }
 
 impl<T: Tensors + ToOwned + ?Sized> Tensors for Cow<'_, T>
@@ -706,6 +725,10 @@ where
 {
     fn visit(&self, set: &mut StorageSet) {
         (**self).visit(set)
+    }
+
+    fn __gpu_scope_shared(&self) -> crate::__private::Share {
+        (**self).__gpu_scope_shared()
     }
 }
 
