@@ -38,7 +38,7 @@ fn cpu_stats_count_live_scoped_blocks_and_their_peak() {
     assert_eq!(memory_stats(Device::Cpu).unwrap().allocated, 0);
     drop(outside);
 
-    // Counted per allocating thread (threads share no counter): a block freed on another
+    // Counted per allocating thread (by its number modulo 16): a block freed on another
     // thread is taken off its own thread's count, and the peak of threads that allocated one
     // after the other is the sum of their highest (never below the true peak, 4000 here).
     reset_peak(Device::Cpu).unwrap();
@@ -61,4 +61,12 @@ fn cpu_stats_count_live_scoped_blocks_and_their_peak() {
     assert_eq!((stats.allocated, stats.peak), (0, 6000));
     reset_peak(Device::Cpu).unwrap();
     assert_eq!(memory_stats(Device::Cpu).unwrap().peak, 0);
+
+    // Sixteen counters, by thread number: twenty threads one after another, 1000 B each, sum
+    // to at most sixteen of them, and never below the true peak.
+    for _ in 0..20 {
+        drop(std::thread::spawn(move || in_scope(250)).join().unwrap());
+    }
+    let peak = memory_stats(Device::Cpu).unwrap().peak;
+    assert!((1000..=16_000).contains(&peak), "{peak}");
 }

@@ -13,11 +13,12 @@ use std::sync::OnceLock;
 /// the device's first allocation. The CPU has no caching allocator and libtorch counts nothing
 /// there, so for [`tch::Device::Cpu`] gpu-scope reports what it can see: the CPU blocks
 /// allocated inside scopes that are still alive (`allocated == reserved`, exact), and their
-/// peak, counted per allocating thread so that threads do not share a counter: exact when one
-/// thread has held such blocks since the last [`reset_peak`] (a thread's count starts at what
-/// it held then), otherwise the sum of each thread's
-/// highest since then, also of threads that allocated one after the other (never below the
-/// true peak; a scope's report has its own exact peak).
+/// peak, counted in sixteen counters, one per allocating thread by its number modulo 16 (so
+/// that threads seldom share one): exact when one thread has held such blocks since the last
+/// [`reset_peak`] (a counter starts at what it held then), otherwise the sum of each counter's
+/// highest since then, also of threads that allocated one after the other in different
+/// counters (those sharing a counter count together; never below the true peak; a scope's
+/// report has its own exact peak).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct MemoryStats {
     /// Bytes in live allocations.
