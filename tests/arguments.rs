@@ -893,6 +893,46 @@ fn with_name(name: std::borrow::Cow<'_, str>, leak: bool) -> Result<usize, Error
     Ok(name.len())
 }
 
+/// A context that lends the caller's cache: its `&mut` is hidden from the signature.
+#[derive(Tensors)]
+struct Ctx<'a> {
+    cache: &'a mut Vec<Tensor>,
+}
+
+#[gpu_scope(on_escape = error)]
+fn fill_ctx(ctx: Ctx<'_>, n: i64) -> Result<(), Error> {
+    if n > 0 {
+        ctx.cache.push(floats(n));
+    }
+    Ok(())
+}
+
+/// What the body stores through an owned argument that borrows from the caller cannot be
+/// searched: it is called escaped, and the report's hint names the argument and what to do.
+#[test]
+fn an_owned_argument_that_borrows_is_named_in_the_hint_of_an_escape() {
+    let _serial = common::serial();
+    let mut cache = Vec::new();
+    let err = fill_ctx(Ctx { cache: &mut cache }, 4).unwrap_err();
+    let report = err.report().unwrap();
+    assert_eq!(report.escaped_bytes, 16, "{err}");
+    assert_eq!(report.lending_args, ["`ctx: Ctx<'_>`"]);
+    let text = err.to_string();
+    assert!(
+        text.contains("hint: owned argument(s) `ctx: Ctx<'_>` borrow from the caller")
+            && text.contains("(`ctx: &mut Ctx`)"),
+        "{text}"
+    );
+    // Shown only where something escaped; `Cow`, which borrows shared, is not named.
+    cache.clear();
+    fill_ctx(Ctx { cache: &mut cache }, 0).unwrap();
+    let report = last_report().unwrap();
+    assert_eq!(report.lending_args.len(), 1);
+    assert!(!report.to_string().contains("hint"), "{report}");
+    assert_eq!(with_name("ab".into(), false).unwrap(), 2);
+    assert!(last_report().unwrap().lending_args.is_empty());
+}
+
 #[test]
 fn an_owned_argument_holding_a_mut_borrow_is_named_not_inspected_not_escaped() {
     let _serial = common::serial();

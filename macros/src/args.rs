@@ -43,6 +43,9 @@ pub(crate) struct Args {
     /// from them, or they move into it), described for the report, which names them as not
     /// inspected.
     pub unsearched: Vec<String>,
+    /// Owned arguments whose type borrows from the caller (`ctx: Ctx<'_>`), described for the
+    /// hint of a report with escapes: what the body stored through them cannot be searched.
+    pub lending: Vec<String>,
 }
 
 /// Which `&mut` arguments the return value may borrow from, by how their lifetime is written,
@@ -331,6 +334,9 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
                 let what = types::shown(pat);
                 args.unsearched
                     .push(format!("`{what}` (an owned argument with a `&mut` in it)"));
+            } else if types::has_lifetime_argument(ty) {
+                let (what, ty) = (types::shown(pat), types::shown(ty));
+                args.lending.push(format!("`{what}: {ty}`"));
             }
             let name = match name {
                 Some(name) => name,

@@ -201,6 +201,9 @@ fn kept_values(args: &Args, ret_ty: Option<&Type>) -> (Vec<TokenStream>, TokenSt
     for what in &args.unsearched {
         kept.unsearched(what);
     }
+    for what in &args.lending {
+        kept.lending(what);
+    }
     let mut shares = Vec::new();
     for (i, owned) in args.owned.iter().enumerate() {
         let handle = format_ident!("{}{}", SHARED, i, span = span);

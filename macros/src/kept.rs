@@ -53,6 +53,15 @@ impl Kept {
             .push(quote_spanned!(span=> #kept.add_uninspected(#what);));
     }
 
+    /// An owned argument that borrows from the caller (`what` describes it): named in the hint
+    /// of a report with escapes.
+    pub(crate) fn lending(&mut self, what: &str) {
+        let span = Span::mixed_site();
+        let kept = local::local(KEPT, span);
+        self.checked
+            .push(quote_spanned!(span=> #kept.add_lending(#what);));
+    }
+
     /// Statements that declare the kept set and add every value to it.
     pub(crate) fn collect(&self) -> TokenStream {
         let span = Span::mixed_site();

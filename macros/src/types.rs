@@ -134,6 +134,33 @@ pub(crate) fn has_named_lifetime(ty: &Type) -> bool {
     f.0
 }
 
+/// Whether a type it names is given a lifetime other than `'static` (`Ctx<'_>`, `Path<'a>`):
+/// an owned value of it may reach the caller's data through a `&mut` or a cell. `Cow` is
+/// left out: it holds shared borrows only.
+pub(crate) fn has_lifetime_argument(ty: &Type) -> bool {
+    struct Finder(bool);
+    impl Visit<'_> for Finder {
+        fn visit_path_segment(&mut self, s: &syn::PathSegment) {
+            if let syn::PathArguments::AngleBracketed(a) = &s.arguments {
+                self.0 |= s.ident != "Cow"
+                    && a.args
+                        .iter()
+                        .any(|a| matches!(a, syn::GenericArgument::Lifetime(l) if !is_static(l)));
+            }
+            syn::visit::visit_path_segment(self, s);
+        }
+        fn visit_type_bare_fn(&mut self, _: &syn::TypeBareFn) {}
+        fn visit_parenthesized_generic_arguments(
+            &mut self,
+            _: &syn::ParenthesizedGenericArguments,
+        ) {
+        }
+    }
+    let mut f = Finder(false);
+    f.visit_type(ty);
+    f.0
+}
+
 /// Whether an owned value of this type holds a `&mut` borrow of the caller's data: a `&mut`
 /// written in it (`(&Tensor, &mut Vec<Tensor>)`). One hidden in a type it names (`Ctx<'_>`) is
 /// not seen: a lifetime alone says nothing of mutability (`Cow<'_, str>`, `nn::Path<'_>`), and

@@ -394,6 +394,7 @@ impl OpenScope {
             escaped,
             held,
             opaque_kept: kept.opaque.clone(),
+            lending_args: kept.lending.clone(),
             uninspected_kept: uninspected,
             untracked,
             cache_released: released.per_device.iter().map(|(_, b)| b).sum(),

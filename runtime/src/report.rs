@@ -209,6 +209,10 @@ pub struct ScopeReport {
     /// Kept values gpu-scope could not look into (a lock held elsewhere, a tch type that keeps
     /// its tensors private): memory nothing else keeps was counted as `not inspected`.
     pub uninspected_kept: Vec<&'static str>,
+    /// Owned arguments of a `#[gpu_scope]` function whose type borrows from the caller (`ctx:
+    /// Ctx<'_>`): the body consumed them, so what it stored through a `&mut` or a cell in them
+    /// could not be searched and is called escaped. A report with escapes names them in a hint.
+    pub lending_args: Vec<&'static str>,
     /// Devices on which allocations could not be seen: the report is "not tracked" there
     /// rather than clean.
     pub untracked: Vec<Untracked>,
@@ -355,6 +359,7 @@ fn overwrite(last: &mut ScopeReport, report: &ScopeReport) {
         held,
         opaque_kept,
         uninspected_kept,
+        lending_args,
         untracked,
         cache_released,
         released,
@@ -377,6 +382,7 @@ fn overwrite(last: &mut ScopeReport, report: &ScopeReport) {
     copy_list(&mut last.held, held);
     copy_list(&mut last.opaque_kept, opaque_kept);
     copy_list(&mut last.uninspected_kept, uninspected_kept);
+    copy_list(&mut last.lending_args, lending_args);
     copy_list(&mut last.untracked, untracked);
     copy_list(&mut last.ended_inside, ended_inside);
     last.location = location;
@@ -518,6 +524,16 @@ impl fmt::Display for ScopeReport {
         }
         if !self.escaped.is_empty() {
             self.escape_table(f)?;
+            if !self.lending_args.is_empty() {
+                writeln!(
+                    f,
+                    "  hint: owned argument(s) {} borrow from the caller and died in the body \
+                     unsearched: tensors the body stored through a `&mut` or a cell in them are \
+                     called escaped here; take such an argument by reference (`ctx: &mut Ctx`), which \
+                     is searched after the body",
+                    self.lending_args.join(", ")
+                )?;
+            }
         }
         // Also on a clean scope: what was not searched may have held tensors it should not.
         if !self.opaque_kept.is_empty() {
@@ -649,6 +665,7 @@ mod tests {
             held: vec![],
             opaque_kept: vec!["Opaque"; escapes],
             uninspected_kept: vec![],
+            lending_args: vec![],
             untracked: vec![],
             cache_released: 5,
             released: escapes > 0,

@@ -26,6 +26,8 @@ pub struct StorageSet {
     pub(crate) opaque: Vec<&'static str>,
     /// Kept values that could not be inspected (locked elsewhere, or private to tch).
     pub(crate) uninspected: Vec<&'static str>,
+    /// Owned arguments of a scoped function whose type borrows from the caller.
+    pub(crate) lending: Vec<&'static str>,
     /// Kept tch modules whose tensors tch keeps private (covered when their VarStore is kept).
     pub(crate) private_modules: Vec<&'static str>,
     /// Kept values with private tensors beside listed ones (a TorchScript module's buffers
@@ -247,6 +249,13 @@ impl StorageSet {
         if !self.uninspected.contains(&what) {
             self.uninspected.push(what);
         }
+    }
+
+    /// Records an owned argument whose type borrows from the caller (`ctx: Ctx<'_>`): what the
+    /// body stored through it cannot be searched, and a report with escapes names it.
+    #[doc(hidden)]
+    pub fn add_lending(&mut self, what: &'static str) {
+        self.lending.push(what);
     }
 
     /// Records a kept argument whose type does not implement [`Tensors`].
