@@ -471,6 +471,9 @@ fn a_running_profiler_is_never_disturbed() {
             let (_, r) = scope(strict("under-profiler"), || drop(floats(100, 0))).unwrap();
             assert_eq!(r.status(), "not tracked", "{r}");
             assert!(r.to_string().contains("profiler held"), "{r}");
+            // It could not see which devices it used: the default release looks at them all.
+            assert!(r.released, "{r}");
+            assert_eq!(memory_stats(Device::Cuda(0)).unwrap().releasable, 0);
             let (_, again) = scope(strict("again"), || drop(floats(100, 0))).unwrap();
             assert_eq!(again.status(), "not tracked");
             assert!(
@@ -557,6 +560,14 @@ fn an_allocator_that_reports_nothing_is_not_tracked() {
         .unwrap();
         assert_eq!(outer.status(), "not tracked", "{outer}");
         SINK.lock().unwrap().clear();
+        // What the scope left cached is given back all the same (the fake caches while it
+        // reports nothing; cudaMallocAsync's pool and no caching leave nothing releasable).
+        let (_, r) = scope(ScopeOptions::new("freed"), || drop(floats(100, 0))).unwrap();
+        let releasable = memory_stats(Device::Cuda(0)).unwrap().releasable;
+        assert!(
+            releasable == 0 && (r.released || !fake()),
+            "{releasable} {r}"
+        );
         return;
     }
     if cuda(1).is_none() {

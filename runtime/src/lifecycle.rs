@@ -221,7 +221,9 @@ impl OpenScope {
         };
         // Unchecked ends too (a panic, an early return): the cache is released all the same.
         let used: smallvec::SmallVec<[DeviceId; 2]> = accelerators().collect();
-        let released = release::run(self.opts.release, enclosing.is_none(), &used);
+        let outermost = enclosing.is_none();
+        let blind = outermost && used.is_empty() && self.blind_to_accelerators();
+        let released = release::run(self.opts.release, outermost, &used, blind);
         let mut report = self.report(&mut closed, kept, untracked, uninspected, released, checked);
         if !closed.ended_inside.is_empty() {
             ended_inside.append(&mut closed.ended_inside);
@@ -247,6 +249,12 @@ impl OpenScope {
             Some(p) => thread::graphs_since(p.token),
             None => None,
         }
+    }
+
+    /// Whether the scope could not see accelerator allocations: a profiler held the reporting
+    /// slot, or the allocator reports nothing (asked off the thread's stack: it never probes).
+    fn blind_to_accelerators(&self) -> bool {
+        self.frame.noted(ledger::BLIND) || memory::allocator_reports_nothing()
     }
 
     /// Devices on which the scope could not see allocations.

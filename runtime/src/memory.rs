@@ -176,13 +176,20 @@ pub fn clear_workspaces() -> Result<(), Error> {
     ffi::torch(unsafe { ffi::gs_clear_workspaces() })
 }
 
+static REPORTS: OnceLock<bool> = OnceLock::new();
+
+/// That the accelerator's allocator reports nothing, if a scope found out already (see
+/// [`allocator_reports`]); never probes, so it may be asked outside a scope.
+pub(crate) fn allocator_reports_nothing() -> bool {
+    REPORTS.get() == Some(&false)
+}
+
 /// Whether the accelerator's allocator reports its allocations (the native caching allocator
 /// does; `cudaMallocAsync` and `PYTORCH_NO_CUDA_MEMORY_CACHING=1` do not). Found out once per
 /// process by a one-byte probe on a device the process works on (never one it has not used:
 /// that would reserve memory and make a context there), which must run inside a scope whose
 /// reporter is installed; `None` until the allocator is initialized and a device is in use.
 pub(crate) fn allocator_reports() -> Option<bool> {
-    static REPORTS: OnceLock<bool> = OnceLock::new();
     if let Some(&known) = REPORTS.get() {
         return Some(known);
     }

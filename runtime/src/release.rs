@@ -15,14 +15,20 @@ pub(crate) struct Released {
 
 /// Applies `policy` at the checked exit of a scope that allocated on `used` (accelerator
 /// devices, none for a CPU-only scope); `outermost` says whether no scope encloses it on this
-/// thread.
-pub(crate) fn run(policy: ReleasePolicy, outermost: bool, used: &[DeviceId]) -> Released {
+/// thread; `blind`, that it could not see its accelerator allocations (a profiler held the
+/// reporting slot, or the allocator reports nothing): it may have used any device.
+pub(crate) fn run(
+    policy: ReleasePolicy,
+    outermost: bool,
+    used: &[DeviceId],
+    blind: bool,
+) -> Released {
     // The default looks at the cache only after an outermost scope that allocated on a device:
     // any other scope costs nothing here. `always` and `"<size>"` also act after a scope that
     // only freed (one unloading a model gives the cache something back).
     let looks = match policy {
         ReleasePolicy::Never => false,
-        ReleasePolicy::Outermost => outermost && !used.is_empty(),
+        ReleasePolicy::Outermost => outermost && (!used.is_empty() || blind),
         ReleasePolicy::Always | ReleasePolicy::Above(_) => true,
     };
     if !looks {
@@ -44,6 +50,7 @@ pub(crate) fn run(policy: ReleasePolicy, outermost: bool, used: &[DeviceId]) -> 
         // Only what the scope's own devices can give back: `emptyCache` empties every device,
         // and another device's cache may be kept warm on purpose (a thread serving there with
         // `release = never`). A model unloaded elsewhere is what `always` and a size are for.
+        ReleasePolicy::Outermost if blind => all.iter().any(|d| releasable(d) > 0),
         ReleasePolicy::Outermost => used.iter().any(|d| releasable(d) > 0),
         ReleasePolicy::Above(limit) => all.iter().any(|d| releasable(d) > limit),
     };
