@@ -216,10 +216,33 @@ pub(crate) fn classify(sig: &mut Signature, body: &Block, options: &TokenStream)
             // An argument under `#[cfg]` may not exist: nothing generated may name it (it is
             // neither searched nor moved in).
             FnArg::Typed(pt) if pt.attrs.iter().any(|a| a.path().is_ident("cfg")) => {}
-            FnArg::Typed(pt) => typed(&mut pt.pat, &pt.ty, others, uses, &mut args),
+            FnArg::Typed(pt) => {
+                let before = args.rebinds.len();
+                typed(&mut pt.pat, &pt.ty, others, uses, &mut args);
+                lints_follow(&mut pt.attrs, &mut args.rebinds[before..]);
+            }
         }
     }
     args
+}
+
+/// The lint attributes of an argument (`#[allow(unused_variables)] x: u32`) go with it onto
+/// the statements that rebind it in the body, where rustc now checks its binding and its
+/// `mut`: `allow`, `warn`, `deny` and `forbid` are copied, `expect` moved (the argument itself
+/// is used by its rebinding, so an expectation left on it would go unfulfilled).
+fn lints_follow(attrs: &mut Vec<syn::Attribute>, rebinds: &mut [TokenStream]) {
+    const LINTS: [&str; 5] = ["allow", "expect", "warn", "deny", "forbid"];
+    if rebinds.is_empty() {
+        return;
+    }
+    let lints: Vec<syn::Attribute> = (attrs.iter())
+        .filter(|a| LINTS.iter().any(|l| a.path().is_ident(l)))
+        .cloned()
+        .collect();
+    attrs.retain(|a| !a.path().is_ident("expect"));
+    for rebind in rebinds {
+        *rebind = quote!(#(#lints)* #rebind);
+    }
 }
 
 /// How the report names a `&mut` argument the return value may borrow from.
