@@ -86,6 +86,12 @@ impl Parse for ScopedBlock {
         if !input.peek(syn::token::Brace) {
             return Err(input.error(NEEDS_BLOCK));
         }
+        if has_inner_attribute(input) {
+            return Err(input.error(
+                "a `scope!` block takes no inner attributes (`#![...]`): put them on the \
+                 function around it, or an outer `#[...]` on a statement of the block",
+            ));
+        }
         let block = input.parse()?;
         if input.peek(Token![,]) {
             input.parse::<Token![,]>()?;
@@ -95,4 +101,14 @@ impl Parse for ScopedBlock {
         }
         Ok(ScopedBlock { options, block })
     }
+}
+
+/// Whether the block ahead opens with an inner attribute (`{ #![allow(..)] ... }`).
+fn has_inner_attribute(input: ParseStream) -> bool {
+    let opens = |input: ParseStream| -> syn::Result<bool> {
+        let content;
+        syn::braced!(content in input);
+        Ok(content.peek(Token![#]) && content.peek2(Token![!]))
+    };
+    opens(&input.fork()).unwrap_or(false)
 }

@@ -228,6 +228,16 @@ impl Options {
                     tt.span(),
                     "`scope!` takes a plain block: write `scope!({ unsafe { ... } })`",
                 ),
+                Ok(proc_macro2::TokenTree::Literal(lit)) if lit.to_string().starts_with('"') => {
+                    syn::Error::new(
+                        lit.span(),
+                        format!("a scope's name is an option: write `name = {lit}`"),
+                    )
+                }
+                Ok(tt) if form == Form::Block && tt.to_string() == "'" => syn::Error::new(
+                    tt.span(),
+                    "`scope!` takes an unlabelled block: write `scope!({ 'label: { ... } })`",
+                ),
                 Ok(tt) => syn::Error::new(tt.span(), format!("unknown option `{tt}`; {valid}")),
                 Err(_) => {
                     let mut err = look.error();

@@ -69,7 +69,9 @@ pub(crate) fn reborrow(
     (this, mutability): (syn::Token![self], Option<syn::Token![mut]>),
 ) -> TokenStream {
     let span = Span::mixed_site();
-    let local = local::local(SELF, span);
+    // Shown at the receiver: rustc's advice for the body's use of it (`mut self`, the move
+    // of a receiver used twice) then points there, not at the attribute.
+    let local = local::local(SELF, this.span);
     quote::quote_spanned!(span=> let #mutability #local = ::core::pin::Pin::as_mut(&mut #this);)
 }
 
