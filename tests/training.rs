@@ -520,3 +520,39 @@ fn a_graph_made_on_a_carried_thread_holds_what_it_saved() {
     assert!(r.held_by(HeldBy::AutogradGraph) >= block(4 * 8 * 4), "{r}");
     drop(out);
 }
+
+/// Parameters joined by `Tensor::cat` get gradients that are views of one buffer: an
+/// optimizer's first-step state for them has no gradient's size, so it is called escaped
+/// unless the optimizer is kept (README, Limits), and the report says to keep it.
+#[test]
+fn state_for_gradients_that_share_a_buffer_needs_the_optimizer_kept() {
+    let _serial = serial();
+    let vs = nn::VarStore::new(device());
+    let p = vs.root();
+    let (wq, wk) = (
+        p.randn_standard("wq", &[4, 6]),
+        p.randn_standard("wk", &[4, 6]),
+    );
+    let x = Tensor::randn([3, 6], (Kind::Float, device()));
+    let mut opt = nn::Adam::default().build(&vs, 1e-2).unwrap();
+    let r = escaped(scope(strict("fused").keep_grad_mode(true), || {
+        let w = Tensor::cat(&[&wq, &wk], 0);
+        opt.backward_step(&x.matmul(&w.tr()).square().mean(Kind::Float));
+    }));
+    assert_eq!(
+        r.escaped.len(),
+        4,
+        "two moments for each of two parameters: {r}"
+    );
+    assert!(r.held_by(HeldBy::Gradient) > 0, "{r}");
+    assert!(
+        r.to_string().contains("keep the optimizer: `keep = [opt]`"),
+        "{r}"
+    );
+    let mut opt = nn::Adam::default().build(&vs, 1e-2).unwrap();
+    let r = gpu_scope::scope!(keep_grad, on_escape = error, keep = [opt], {
+        let w = Tensor::cat(&[&wq, &wk], 0);
+        opt.backward_step(&x.matmul(&w.tr()).square().mean(Kind::Float));
+    });
+    assert!(r.is_ok(), "{r:?}");
+}

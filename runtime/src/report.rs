@@ -524,6 +524,15 @@ impl fmt::Display for ScopeReport {
         }
         if !self.escaped.is_empty() {
             self.escape_table(f)?;
+            if self.held_by(HeldBy::Gradient) > 0 {
+                writeln!(
+                    f,
+                    "  hint: a backward pass ran here: if what escaped is an optimizer's state \
+                     (made at its first step for parameters whose gradients are views of one \
+                     buffer, as after `Tensor::cat` or `stack` of parameters, or a cuDNN RNN), \
+                     keep the optimizer: `keep = [opt]`, or take it as an argument"
+                )?;
+            }
             if !self.lending_args.is_empty() {
                 writeln!(
                     f,
