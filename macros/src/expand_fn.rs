@@ -127,9 +127,12 @@ fn returns(
             quote_spanned!(span=> let (#ret, #exit) = #exit #wait;),
         )
     } else {
+        // Shown at the body's brace: a borrow error about what the closure captures (`self`
+        // mutated through `&self`) points into the function, not at the attribute.
+        let closure = quote_spanned!(local::at(func.block.brace_token.span.open())=> || #body);
         (
             quote_spanned!(span=> #private::ScopeGuard::#enter(#opts)),
-            quote_spanned!(span=> let #ret = #private::run_body(|| #body);),
+            quote_spanned!(span=> let #ret = #private::run_body(#closure);),
         )
     };
 
