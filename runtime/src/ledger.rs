@@ -248,7 +248,8 @@ fn open_frames(delta: isize) {
 /// Bytes of the CPU blocks whose deleter the shim replaced that are alive now, and their
 /// peak (the CPU's `memory_stats`), counted per allocating thread (by its number modulo 16,
 /// in cache lines of their own: threads allocating at a high rate would fight over one
-/// counter) and summed when asked. A block's free takes its bytes off its allocating thread's slot.
+/// counter) and summed when asked. A block's free takes its bytes off its allocating
+/// thread's slot.
 static CPU_BYTES: [CachePadded<CpuBytes>; 16] = [const {
     CachePadded(CpuBytes {
         live: AtomicU64::new(0),

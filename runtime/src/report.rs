@@ -537,9 +537,9 @@ impl fmt::Display for ScopeReport {
                 writeln!(
                     f,
                     "  hint: owned argument(s) {} borrow from the caller and died in the body \
-                     unsearched: tensors the body stored through a `&mut` or a cell in them are \
-                     called escaped here; take such an argument by reference (`ctx: &mut Ctx`), which \
-                     is searched after the body",
+                     unsearched: tensors the body stored through a `&mut` or a cell in them \
+                     are called escaped here; take such an argument by reference \
+                     (`ctx: &mut Ctx`), which is searched after the body",
                     self.lending_args.join(", ")
                 )?;
             }

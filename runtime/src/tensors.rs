@@ -368,8 +368,9 @@ pub trait Tensors {
     }
 
     /// What an owned argument of this type still shares with the caller when it is an `Arc`,
-    /// an `Rc` or a `Tensor` (an `Option`, `Box`, `Pin`, `Cow` or reference of one): how a `#[gpu_scope]` function finds that
-    /// through a generic or `impl Trait` argument's `Tensors` bound. Not for implementing.
+    /// an `Rc` or a `Tensor` (or an `Option`, `Box`, `Pin` or `Cow` of one), or all it reaches
+    /// when it is a shared borrow: how a `#[gpu_scope]` function finds that through a generic
+    /// or `impl Trait` argument's `Tensors` bound. Not for implementing.
     #[doc(hidden)]
     fn __gpu_scope_shared(&self) -> crate::__private::Share {
         crate::__private::Share::NONE
