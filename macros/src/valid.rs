@@ -57,6 +57,14 @@ pub(crate) fn validate_fn(scoped: &ScopedFn) -> syn::Result<()> {
             );
         }
     }
+    if let Some(pat) = untyped_closure_argument(&scoped.func) {
+        errors.push_spanned(
+            pat,
+            "write this closure's argument types (`|x: &Tensor|`): inside #[gpu_scope] the \
+             closure is made in the scope's own body, and rustc does not take them from the \
+             `impl Fn` return type",
+        );
+    }
     match options.policy() {
         Some(Policy::Panic) if is_extern(sig) => errors.push_spanned(
             &sig.abi,
@@ -67,6 +75,36 @@ pub(crate) fn validate_fn(scoped: &ScopedFn) -> syn::Result<()> {
         _ => {}
     }
     errors.finish()
+}
+
+/// An untyped argument of a closure that the function returns as `impl Fn(&T)` (or `FnMut`,
+/// `FnOnce`) with a borrowed argument: in the scope's body rustc infers one lifetime for it
+/// rather than any, and says only that the closure is "not general enough".
+fn untyped_closure_argument(func: &syn::ItemFn) -> Option<&syn::Pat> {
+    let ReturnType::Type(_, ty) = &func.sig.output else {
+        return None;
+    };
+    let Type::ImplTrait(it) = types::strip_parens(ty) else {
+        return None;
+    };
+    let borrowed_argument = it.bounds.iter().any(|b| match b {
+        syn::TypeParamBound::Trait(t) => t.path.segments.last().is_some_and(|s| {
+            let callable = ["Fn", "FnMut", "FnOnce"].iter().any(|f| s.ident == f);
+            let syn::PathArguments::Parenthesized(args) = &s.arguments else {
+                return false;
+            };
+            callable && args.inputs.iter().any(types::has_elided_lifetime)
+        }),
+        _ => false,
+    });
+    let Some(syn::Stmt::Expr(Expr::Closure(closure), None)) = func.block.stmts.last() else {
+        return None;
+    };
+    let untyped = closure
+        .inputs
+        .iter()
+        .find(|p| !matches!(p, syn::Pat::Type(_)));
+    untyped.filter(|_| borrowed_argument)
 }
 
 pub(crate) fn validate_block(scoped: &ScopedBlock) -> syn::Result<()> {

@@ -42,8 +42,21 @@ fn tuple_and_mut_patterns((a, mut b): (u32, u32), mut c: Vec<u32>, _unused: u32)
     b + c.len() as u32
 }
 
+// A returned closure: typed where its argument borrows, or of an owned argument.
+#[gpu_scope]
+fn tripler() -> impl Fn(&Tensor) -> Tensor {
+    |x: &Tensor| x * 3
+}
+
+#[gpu_scope]
+fn adder() -> impl Fn(i64) -> i64 {
+    |x| x + 1
+}
+
 fn main() {
     let t = Tensor::zeros([3], tch::kind::FLOAT_CPU);
+    assert_eq!(tripler()(&t).size(), [3]);
+    assert_eq!(adder()(1), 2);
     assert_eq!(shapes(&t).count(), 1);
     assert_eq!(format!("{:?}", parse("12").unwrap()), "12");
     assert!(parse("x").is_err());
