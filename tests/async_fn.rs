@@ -110,7 +110,8 @@ async fn a_shared_argument_is_kept_across_polls() {
 static KEPT_BY_GUARD: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
 
 /// A scope guard held across an `.await` of an async scope leaves the thread's stack with it
-/// at each suspension; at its exit, what it keeps still goes to the async scope.
+/// at each suspension; at its exit, what it keeps still goes to the async scope. Its own
+/// report says it did not see what ran after that (not tracked), never clean.
 #[gpu_scope(on_escape = error)]
 async fn guard_across_await() -> Result<(), Error> {
     let opts = gpu_scope::ScopeOptions::new("guard").on_escape(gpu_scope::EscapePolicy::Error);
@@ -118,7 +119,11 @@ async fn guard_across_await() -> Result<(), Error> {
     let kept = floats(3);
     tokio::task::yield_now().await;
     let report = guard.exit(&kept).unwrap();
-    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.status(), "not tracked", "{report}");
+    assert!(
+        report.to_string().contains("left its thread, still open"),
+        "{report}"
+    );
     KEPT_BY_GUARD.lock().unwrap().push(kept);
     Ok(())
 }

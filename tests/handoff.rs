@@ -36,6 +36,34 @@ fn a_scope_carried_to_a_thread_sees_its_leak() {
     SINK.lock().unwrap().clear();
 }
 
+/// A scope opened in carried work and still open when that work returns leaves the thread with
+/// it: what runs after that is not its to see, and its report says so (never clean), on the
+/// thread the work ran on and on the scope's own.
+#[test]
+fn a_scope_left_open_in_carried_work_is_not_tracked_after_it() {
+    let _serial = common::serial();
+    let outer = Scope::enter(strict("carrier")).unwrap();
+    let here = gpu_scope::current().unwrap();
+    let inner = std::thread::spawn(move || {
+        let guard = here.in_scope(|| Scope::enter(strict("left-open")).unwrap());
+        SINK.lock().unwrap().push(floats(100));
+        guard.exit(&()).unwrap()
+    })
+    .join()
+    .unwrap();
+    assert_eq!(inner.status(), "not tracked", "{inner}");
+    assert!(
+        inner.to_string().contains("exit a scope inside the work"),
+        "{inner}"
+    );
+    let here = gpu_scope::current().unwrap();
+    let guard = here.in_scope(|| Scope::enter(strict("left-open-here")).unwrap());
+    let report = guard.exit(&()).unwrap();
+    assert_eq!(report.status(), "not tracked", "{report}");
+    drop(outer.exit(&()));
+    SINK.lock().unwrap().clear();
+}
+
 #[test]
 fn work_on_a_thread_without_the_handle_is_not_charged() {
     let _serial = common::serial();

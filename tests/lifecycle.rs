@@ -133,7 +133,10 @@ fn panic_policy_panics_with_the_report() {
 fn budget_exceeded_and_respected() {
     let over = scope(strict("tight").max_peak(100), || drop(cpu_floats(50)));
     match over {
-        Err(Error::OverBudget(r)) => assert_eq!(r.peak, 200),
+        Err(e @ Error::OverBudget(_)) => {
+            assert_eq!(e.report().unwrap().peak, 200);
+            assert!(e.to_string().contains("or raise `max_peak`"), "{e}");
+        }
         other => panic!("expected over budget, got {other:?}"),
     }
     let (_, ok) = scope(strict("roomy").max_peak(200), || drop(cpu_floats(50))).unwrap();

@@ -76,7 +76,8 @@ impl fmt::Display for Error {
             }
             Error::OverBudget(r) => write!(
                 f,
-                "gpu-scope: scope `{}` peaked at {}, over its budget of {}\n{r}",
+                "gpu-scope: scope `{}` peaked at {}, over its budget of {} (to fix: free \
+                 tensors earlier in the scope, work on less at a time, or raise `max_peak`)\n{r}",
                 r.name,
                 Bytes(r.peak),
                 Bytes(r.max_peak.unwrap_or(0))

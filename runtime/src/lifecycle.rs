@@ -171,15 +171,19 @@ impl OpenScope {
     /// `kept`, else everything alive is handed to the enclosing scope unchecked.
     pub(crate) fn close(&mut self, kept: &StorageSet, checked: bool) -> ScopeReport {
         self.closed = true;
+        let mut taken_off = false;
         let (above, enclosing) = match &self.placed {
             Some(p) => {
                 // Only a kept tensor's graph can hold memory: ask about graphs only then.
                 if kept.autograd_graph {
                     thread::settle_graphs(p.token);
                 }
-                // Off the stack: taken off with the async scope it was opened in.
-                thread::around(p.token)
-                    .unwrap_or_else(|| (vec![], self.frame.lock().parked_in.take()))
+                // Off the stack: taken off with the work it was opened in (an async scope's
+                // poll, work carried in with a handle), which ended before it.
+                thread::around(p.token).unwrap_or_else(|| {
+                    taken_off = true;
+                    (vec![], self.frame.lock().parked_in.take())
+                })
             }
             // Off every stack: it ends where it was last placed.
             None => (vec![], self.polled_in.take()),
@@ -204,7 +208,7 @@ impl OpenScope {
             let mut check = Check::prepare(&self.frame, kept, self.graph_since(kept));
             let mut closed = ledger::close(&self.frame, enclosing.as_ref(), &check);
             closed.held.extend(check.autocast_freed());
-            untracked = self.untracked(&closed);
+            untracked = self.untracked(&closed, taken_off);
             uninspected = std::mem::take(&mut check.uninspected);
             closed
         } else {
@@ -257,9 +261,19 @@ impl OpenScope {
         self.frame.noted(ledger::BLIND) || memory::allocator_reports_nothing()
     }
 
-    /// Devices on which the scope could not see allocations.
-    fn untracked(&self, closed: &Closed) -> Vec<Untracked> {
+    /// Devices on which the scope could not see allocations; `taken_off`: it ends off its
+    /// thread's stack, taken off with the work it was opened in.
+    fn untracked(&self, closed: &Closed, taken_off: bool) -> Vec<Untracked> {
         let mut untracked = Vec::new();
+        if taken_off {
+            untracked.push(Untracked {
+                device: None,
+                reason: "it left its thread, still open, when the work it was opened in ended \
+                         (work carried in with a handle's `in_scope`, or an async scope's poll \
+                         while it was held across an `.await`); what ran after that, on the \
+                         CPU too, was not seen: exit a scope inside the work it was opened in",
+            });
+        }
         let blind = self.frame.noted(ledger::BLIND);
         if blind {
             untracked.push(Untracked {
