@@ -64,6 +64,39 @@ fn a_scope_left_open_in_carried_work_is_not_tracked_after_it() {
     SINK.lock().unwrap().clear();
 }
 
+/// A scope that carried work to a thread and exits while a scope opened in that work is still
+/// open there (bad input: scopes end innermost first) shows the other's live block as held by
+/// another scope, not freed.
+#[test]
+fn a_scope_ending_before_one_opened_in_its_carried_work_shows_its_blocks_held() {
+    let _serial = common::serial();
+    let outer = Scope::enter(strict("carrier")).unwrap();
+    let here = gpu_scope::current().unwrap();
+    let (opened, wait_opened) = std::sync::mpsc::channel();
+    let (go_on, wait_go_on) = std::sync::mpsc::channel::<()>();
+    let worker = std::thread::spawn(move || {
+        here.in_scope(|| {
+            let inner = Scope::enter(strict("opened-in-work")).unwrap();
+            let t = floats(6);
+            opened.send(()).unwrap();
+            wait_go_on.recv().unwrap();
+            let _ = inner.exit(&t);
+            t
+        })
+    });
+    wait_opened.recv().unwrap();
+    let report = outer.exit(&()).unwrap();
+    go_on.send(()).unwrap();
+    let t = worker.join().unwrap();
+    assert_eq!(report.freed, 0, "{report}");
+    assert_eq!(
+        report.held_by(gpu_scope::HeldBy::OtherScope),
+        block(24),
+        "{report}"
+    );
+    drop(t);
+}
+
 #[test]
 fn work_on_a_thread_without_the_handle_is_not_charged() {
     let _serial = common::serial();

@@ -185,6 +185,12 @@ fn push_level(
                             None => carried_below.map(|o| joined(head, o)),
                             Some(_) => None,
                         };
+                        // The carried scope is charged for what this one owns and judges.
+                        if let (None, Some(carried)) = (&origin, carried_below) {
+                            for frame in carried.iter().filter(|f| !f.noted(CARRIED)) {
+                                frame.note(CARRIED);
+                            }
+                        }
                         (chain, opened_in.or(origin))
                     }
                 }
