@@ -88,7 +88,8 @@ fn a_scope_ending_before_one_opened_in_its_carried_work_shows_its_blocks_held() 
     let report = outer.exit(&()).unwrap();
     go_on.send(()).unwrap();
     let t = worker.join().unwrap();
-    assert_eq!(report.freed, 0, "{report}");
+    let row = on(&report);
+    assert_eq!((row.freed, row.held), (0, block(24)), "{report}");
     assert_eq!(
         report.held_by(gpu_scope::HeldBy::OtherScope),
         block(24),
