@@ -87,36 +87,20 @@ pub(crate) fn has_elided_lifetime(ty: &Type) -> bool {
         "RwLockReadGuard",
         "RwLockWriteGuard",
     ];
-    struct Finder(bool);
-    impl Visit<'_> for Finder {
-        fn visit_type_reference(&mut self, r: &TypeReference) {
-            self.0 |= r.lifetime.is_none();
-            syn::visit::visit_type_reference(self, r);
-        }
-        fn visit_lifetime(&mut self, l: &syn::Lifetime) {
-            self.0 |= l.ident == "_";
-        }
-        fn visit_path_segment(&mut self, s: &syn::PathSegment) {
-            let lifetime =
-                |a: &syn::GenericArgument| matches!(a, syn::GenericArgument::Lifetime(_));
-            self.0 |= BORROWING.iter().any(|b| s.ident == b)
+    any_part(ty, |part| match part {
+        Part::Reference(r) => r.lifetime.is_none(),
+        Part::Lifetime(l) => l.ident == "_",
+        Part::Segment(s) => {
+            BORROWING.iter().any(|b| s.ident == b)
                 && match &s.arguments {
-                    syn::PathArguments::AngleBracketed(a) => !a.args.iter().any(lifetime),
+                    syn::PathArguments::AngleBracketed(a) => !a
+                        .args
+                        .iter()
+                        .any(|a| matches!(a, syn::GenericArgument::Lifetime(_))),
                     _ => true,
-                };
-            syn::visit::visit_path_segment(self, s);
+                }
         }
-        // A function pointer's or closure trait's own references are not the return's.
-        fn visit_type_bare_fn(&mut self, _: &syn::TypeBareFn) {}
-        fn visit_parenthesized_generic_arguments(
-            &mut self,
-            _: &syn::ParenthesizedGenericArguments,
-        ) {
-        }
-    }
-    let mut f = Finder(false);
-    f.visit_type(ty);
-    f.0
+    })
 }
 
 /// Whether a lifetime other than `'_` and `'static` occurs in `ty`.
@@ -138,15 +122,51 @@ pub(crate) fn has_named_lifetime(ty: &Type) -> bool {
 /// an owned value of it may reach the caller's data through a `&mut` or a cell. `Cow` is
 /// left out: it holds shared borrows only.
 pub(crate) fn has_lifetime_argument(ty: &Type) -> bool {
-    struct Finder(bool);
-    impl Visit<'_> for Finder {
+    any_part(ty, |part| match part {
+        Part::Segment(s) if s.ident != "Cow" => match &s.arguments {
+            syn::PathArguments::AngleBracketed(a) => a
+                .args
+                .iter()
+                .any(|a| matches!(a, syn::GenericArgument::Lifetime(l) if !is_static(l))),
+            _ => false,
+        },
+        _ => false,
+    })
+}
+
+/// Whether an owned value of this type holds a `&mut` borrow of the caller's data: a `&mut`
+/// written in it (`(&Tensor, &mut Vec<Tensor>)`). One hidden in a type it names (`Ctx<'_>`) is
+/// not seen: a lifetime alone says nothing of mutability (`Cow<'_, str>`, `nn::Path<'_>`), and
+/// taking every such argument as unsearchable would hide the leaks beside it.
+pub(crate) fn may_hold_mut(ty: &Type) -> bool {
+    any_part(
+        ty,
+        |part| matches!(part, Part::Reference(r) if r.mutability.is_some()),
+    )
+}
+
+/// A part of a type that [`any_part`] shows.
+enum Part<'a> {
+    Reference(&'a TypeReference),
+    Lifetime(&'a syn::Lifetime),
+    Segment(&'a syn::PathSegment),
+}
+
+/// Whether `found` holds for a reference, lifetime or path segment of `ty`, outside the
+/// parameters of function pointers and closure traits (`fn(&mut T)`, `impl FnMut(&Tensor)`):
+/// a value of the type holds none of those, and a return value borrows from none of them.
+fn any_part(ty: &Type, found: impl FnMut(Part<'_>) -> bool) -> bool {
+    struct Finder<F>(F, bool);
+    impl<F: FnMut(Part<'_>) -> bool> Visit<'_> for Finder<F> {
+        fn visit_type_reference(&mut self, r: &TypeReference) {
+            self.1 |= (self.0)(Part::Reference(r));
+            syn::visit::visit_type_reference(self, r);
+        }
+        fn visit_lifetime(&mut self, l: &syn::Lifetime) {
+            self.1 |= (self.0)(Part::Lifetime(l));
+        }
         fn visit_path_segment(&mut self, s: &syn::PathSegment) {
-            if let syn::PathArguments::AngleBracketed(a) = &s.arguments {
-                self.0 |= s.ident != "Cow"
-                    && a.args
-                        .iter()
-                        .any(|a| matches!(a, syn::GenericArgument::Lifetime(l) if !is_static(l)));
-            }
+            self.1 |= (self.0)(Part::Segment(s));
             syn::visit::visit_path_segment(self, s);
         }
         fn visit_type_bare_fn(&mut self, _: &syn::TypeBareFn) {}
@@ -156,33 +176,9 @@ pub(crate) fn has_lifetime_argument(ty: &Type) -> bool {
         ) {
         }
     }
-    let mut f = Finder(false);
+    let mut f = Finder(found, false);
     f.visit_type(ty);
-    f.0
-}
-
-/// Whether an owned value of this type holds a `&mut` borrow of the caller's data: a `&mut`
-/// written in it (`(&Tensor, &mut Vec<Tensor>)`). One hidden in a type it names (`Ctx<'_>`) is
-/// not seen: a lifetime alone says nothing of mutability (`Cow<'_, str>`, `nn::Path<'_>`), and
-/// taking every such argument as unsearchable would hide the leaks beside it.
-pub(crate) fn may_hold_mut(ty: &Type) -> bool {
-    struct Finder(bool);
-    impl Visit<'_> for Finder {
-        fn visit_type_reference(&mut self, r: &TypeReference) {
-            self.0 |= r.mutability.is_some();
-            syn::visit::visit_type_reference(self, r);
-        }
-        // A function's own parameters (`impl FnMut(&mut Tensor)`) are not held.
-        fn visit_type_bare_fn(&mut self, _: &syn::TypeBareFn) {}
-        fn visit_parenthesized_generic_arguments(
-            &mut self,
-            _: &syn::ParenthesizedGenericArguments,
-        ) {
-        }
-    }
-    let mut f = Finder(false);
-    f.visit_type(ty);
-    f.0
+    f.1
 }
 
 /// The reference in `Option<&T>` or `Option<&mut T>`, as the user wrote it.
