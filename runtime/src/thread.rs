@@ -185,23 +185,19 @@ fn push_level(
                             None => carried_below.map(|o| joined(head, o)),
                             Some(_) => None,
                         };
-                        // The carried scope is charged for what this one owns and judges.
-                        if let (None, Some(carried)) = (&origin, carried_below) {
-                            for frame in carried.iter().filter(|f| !f.noted(CARRIED)) {
-                                frame.note(CARRIED);
-                            }
-                        }
                         (chain, opened_in.or(origin))
                     }
                 }
             }
         };
         // The frames open here below a scope that is not theirs (work carried in through its
-        // handle, or an async scope polled here) are charged for allocations it owns.
+        // handle, or an async scope polled here), or below one opened in carried work (its
+        // level has an origin), are charged for allocations it owns.
         let foreign = match (carried_head, owned) {
             _ if placed_already => 0,
             (Some(head), _) => head,
             (None, false) => 1,
+            (None, true) if origin.is_some() => 1,
             (None, true) => 0,
         };
         for frame in chain.iter().skip(foreign).filter(|_| foreign > 0) {
