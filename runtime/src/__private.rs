@@ -372,8 +372,9 @@ impl<T: Tensors + ?Sized> ViaOwnTensors for &&Owned<'_, T> {
     }
 }
 
-/// The handle [`ViaShared`] gives, with its type erased: what a generic argument found to be
-/// an `Arc`, an `Rc` or a `Tensor` still shares with the caller.
+/// The handle [`ViaShared`] gives (or a `SharedBorrow`), with its type erased: what a
+/// generic argument found to be an `Arc`, an `Rc` or a `Tensor` still shares with the caller,
+/// or all that a shared borrow reaches.
 #[allow(missing_debug_implementations)]
 pub struct Share(Option<Erased>);
 
@@ -393,7 +394,7 @@ unsafe impl Sync for Share {}
 impl Share {
     pub(crate) const NONE: Share = Share(None);
 
-    /// A handle from [`ViaShared`], boxed with its type erased.
+    /// A handle from [`ViaShared`] or a `SharedBorrow`, boxed with its type erased.
     pub(crate) fn erase<H: Tensors>(handle: H) -> Share {
         // SAFETY (both): `handle` is the `Box<H>` made below, freed once.
         unsafe fn visit<H: Tensors>(handle: *mut (), set: &mut StorageSet) {

@@ -678,18 +678,26 @@ impl Tensors for tch::nn::GRUState {
     }
 }
 
-macro_rules! deref {
-    ($($t:ty),* $(,)?) => {
-        $(impl<T: Tensors + ?Sized> Tensors for $t {
-            fn visit(&self, set: &mut StorageSet) { (**self).visit(set) }
+/// The methods of a pointer or wrapper that is its pointee to a scope (`Box`, `Pin`, `Cow`).
+macro_rules! through_deref {
+    () => {
+        fn visit(&self, set: &mut StorageSet) {
+            (**self).visit(set)
+        }
 
-            fn __gpu_scope_shared(&self) -> crate::__private::Share {
-                (**self).__gpu_scope_shared()
-            }
-        })*
+        fn __gpu_scope_shared(&self) -> crate::__private::Share {
+            (**self).__gpu_scope_shared()
+        }
     };
 }
-deref!(&mut T, Box<T>);
+
+impl<T: Tensors + ?Sized> Tensors for &mut T {
+    through_deref!();
+}
+
+impl<T: Tensors + ?Sized> Tensors for Box<T> {
+    through_deref!();
+}
 
 impl<T: Tensors + ?Sized> Tensors for &T {
     fn visit(&self, set: &mut StorageSet) {
@@ -720,26 +728,14 @@ macro_rules! shared {
 shared!(Rc, Arc);
 
 impl<P: std::ops::Deref<Target: Tensors>> Tensors for Pin<P> {
-    fn visit(&self, set: &mut StorageSet) {
-        (**self).visit(set)
-    }
-
-    fn __gpu_scope_shared(&self) -> crate::__private::Share {
-        (**self).__gpu_scope_shared()
-    }
+    through_deref!();
 }
 
 impl<T: Tensors + ToOwned + ?Sized> Tensors for Cow<'_, T>
 where
     T::Owned: Tensors,
 {
-    fn visit(&self, set: &mut StorageSet) {
-        (**self).visit(set)
-    }
-
-    fn __gpu_scope_shared(&self) -> crate::__private::Share {
-        (**self).__gpu_scope_shared()
-    }
+    through_deref!();
 }
 
 macro_rules! iter {
