@@ -834,6 +834,65 @@ fn a_generic_owned_argument_the_caller_shares_is_kept() {
     kept_nothing(grow_generic_optional(Some(floats(4)), 64));
 }
 
+#[gpu_scope(on_escape = error)]
+fn push_pinned(cache: Pin<Arc<Mutex<Vec<Tensor>>>>) -> Result<(), Error> {
+    cache.lock().unwrap().push(floats(4));
+    Ok(())
+}
+
+#[gpu_scope(on_escape = error)]
+fn push_pinned_rc(cache: Pin<Rc<RefCell<Vec<Tensor>>>>) -> Result<(), Error> {
+    cache.borrow_mut().push(floats(4));
+    Ok(())
+}
+
+#[gpu_scope(on_escape = error)]
+fn push_pinned_borrow(cache: Pin<&Mutex<Vec<Tensor>>>) -> Result<(), Error> {
+    cache.lock().unwrap().push(floats(4));
+    Ok(())
+}
+
+#[gpu_scope(on_escape = error)]
+fn push_pinned_generic<C: Tensors + std::ops::Deref<Target = Mutex<Vec<Tensor>>>>(
+    cache: Pin<C>,
+) -> Result<(), Error> {
+    cache.lock().unwrap().push(floats(4));
+    Ok(())
+}
+
+#[derive(Tensors)]
+struct PinnedCache(Mutex<Vec<Tensor>>);
+
+impl PinnedCache {
+    #[gpu_scope(on_escape = error)]
+    fn push(self: Pin<Arc<Self>>) -> Result<(), Error> {
+        self.0.lock().unwrap().push(floats(4));
+        Ok(())
+    }
+}
+
+#[test]
+fn a_pinned_argument_keeps_what_its_pointer_shares() {
+    let arc = Arc::pin(Mutex::new(Vec::new()));
+    assert_eq!(kept(push_pinned(Pin::clone(&arc))).kept, 16);
+    assert_eq!(kept(push_pinned_generic(Pin::clone(&arc))).kept, 16);
+    assert_eq!(kept(push_pinned_borrow(arc.as_ref())).kept, 16);
+    let rc = Rc::pin(RefCell::new(Vec::new()));
+    assert_eq!(kept(push_pinned_rc(Pin::clone(&rc))).kept, 16);
+    let cache = Arc::pin(PinnedCache(Mutex::new(Vec::new())));
+    assert_eq!(kept(Pin::clone(&cache).push()).kept, 16);
+    assert_eq!(
+        (
+            arc.lock().unwrap().len(),
+            rc.borrow().len(),
+            cache.0.lock().unwrap().len()
+        ),
+        (3, 1, 1)
+    );
+    // The only handle, given away: whatever the body left in it is its own, and dies.
+    kept_nothing(push_pinned(Arc::pin(Mutex::new(Vec::new()))));
+}
+
 /// Allocates into `SINK` when dropped: a leak made by an argument's drop.
 struct Recorder;
 

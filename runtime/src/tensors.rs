@@ -678,7 +678,7 @@ impl Tensors for tch::nn::GRUState {
     }
 }
 
-/// The methods of a pointer or wrapper that is its pointee to a scope (`Box`, `Pin`, `Cow`).
+/// The methods of a pointer or wrapper that is its pointee to a scope (`&mut`, `Box`, `Cow`).
 macro_rules! through_deref {
     () => {
         fn visit(&self, set: &mut StorageSet) {
@@ -727,8 +727,21 @@ macro_rules! shared {
 }
 shared!(Rc, Arc);
 
-impl<P: std::ops::Deref<Target: Tensors>> Tensors for Pin<P> {
-    through_deref!();
+/// A pinned pointer is visited through its pointee and shares what its pointer does: a
+/// `Pin<Arc<T>>` what an `Arc<T>` does.
+impl<P: Tensors + std::ops::Deref<Target: Tensors>> Tensors for Pin<P> {
+    fn visit(&self, set: &mut StorageSet) {
+        (**self).visit(set)
+    }
+
+    fn __gpu_scope_shared(&self) -> crate::__private::Share {
+        // SAFETY: `Pin<P>` is `repr(transparent)` over `P`, which the standard library does
+        // not lend out. Only this crate implements `__gpu_scope_shared` (hidden, "not for
+        // implementing"), and its impls only read through the pointer (a `Share` holds a
+        // `Weak` or a shared borrow of the pointee), so nothing moves the pinned value.
+        let pointer = unsafe { &*(self as *const Pin<P>).cast::<P>() };
+        pointer.__gpu_scope_shared()
+    }
 }
 
 impl<T: Tensors + ToOwned + ?Sized> Tensors for Cow<'_, T>
