@@ -556,3 +556,47 @@ fn a_poll_where_the_scope_cannot_be_placed_leaves_it_not_tracked() {
     assert!(report.to_string().contains("could not be put"), "{report}");
     drop((kept, LATE.lock().unwrap().pop()));
 }
+
+#[gpu_scope::gpu_scope(name = "background")]
+async fn background(steps: usize) -> Tensor {
+    let mut acc = floats(16);
+    for _ in 0..steps {
+        tokio::task::yield_now().await;
+        acc = &acc + 1;
+    }
+    acc
+}
+
+/// A frame loop advancing a task spawned outside its frames: the task's output is its join
+/// handle's, not the frame's it finished in. Spawned inside a scope still open where it
+/// finishes, that scope judges the output.
+#[test]
+fn a_spawned_tasks_output_goes_to_the_scopes_it_was_made_in() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let frames = |n: usize| {
+        for frame in 0..n {
+            let (_, report) = gpu_scope::scope(strict("frame"), || {
+                drop(floats(4));
+                rt.block_on(tokio::task::yield_now())
+            })
+            .unwrap_or_else(|e| panic!("frame {frame}: {e}"));
+            assert!(report.is_clean(), "{report}");
+        }
+    };
+    let task = rt.spawn(background(3));
+    frames(6);
+    assert!(task.is_finished());
+    assert_eq!(rt.block_on(task).unwrap().size(), [16]);
+
+    let outer = gpu_scope::Scope::enter(strict("outer")).unwrap();
+    let task = rt.spawn(background(2));
+    frames(4);
+    let stash = vec![rt.block_on(task).unwrap()];
+    let Err(Error::Escaped(report)) = outer.exit(&()) else {
+        panic!("the output outlived the scope it was made in");
+    };
+    assert_eq!(report.escaped_bytes, block(64), "{report}");
+    drop(stash);
+}

@@ -54,6 +54,10 @@ pub(crate) struct OpenScope {
     /// it was charged with goes there when it ends off any thread's stack (a cancelled future,
     /// dropped wherever that happens), not to the scopes open where it is dropped.
     polled_in: Option<Chain>,
+    /// The frames open where an async scope was made (kept when it is first taken off): its
+    /// output goes only to those of them that are also around it where it finishes. A spawned
+    /// task's output is its join handle's, not that of the scope it happens to finish in.
+    made_in: Option<Chain>,
     closed: bool,
 }
 
@@ -82,6 +86,7 @@ impl OpenScope {
             suspended: false,
             since: None,
             polled_in: None,
+            made_in: None,
             closed: false,
         };
         if let Err(error) = scope.place(true) {
@@ -120,10 +125,11 @@ impl OpenScope {
         if let Some(placed) = self.placed.take() {
             // Not at its close, which takes it off for good.
             if !self.closed {
+                self.polled_in = thread::around(placed.token).and_then(|(_, below)| below);
                 if !self.suspended {
                     self.since = thread::graphs_since(placed.token);
+                    self.made_in = self.polled_in.clone();
                 }
-                self.polled_in = thread::around(placed.token).and_then(|(_, below)| below);
             }
             self.suspended = true;
             // Scopes still open inside it leave first, giving back their modes.
@@ -188,6 +194,12 @@ impl OpenScope {
             // Off every stack: it ends where it was last placed.
             None => (vec![], self.polled_in.take()),
         };
+        // An async scope finishing where it runs hands its output only to the scopes it was
+        // also made in; what it leaves alive goes to all around it, which it escaped too.
+        let kept_in = match self.suspended && !taken_off && self.placed.is_some() {
+            true => made_and_finished_in(enclosing.clone(), self.made_in.as_ref()),
+            false => enclosing.clone(),
+        };
         // Scopes still open inside it end first, unchecked (bad input: scopes end innermost
         // first); the report says where they were opened.
         let mut ended_inside = Vec::new();
@@ -206,7 +218,8 @@ impl OpenScope {
         let (mut untracked, mut uninspected) = (Vec::new(), Vec::new());
         let mut closed = if checked {
             let mut check = Check::prepare(&self.frame, kept, self.graph_since(kept));
-            let mut closed = ledger::close(&self.frame, enclosing.as_ref(), &check);
+            let (enclosing, kept_in) = (enclosing.as_ref(), kept_in.as_ref());
+            let mut closed = ledger::close_keeping_in(&self.frame, enclosing, kept_in, &check);
             closed.held.extend(check.autocast_freed());
             untracked = self.untracked(&closed, taken_off);
             uninspected = std::mem::take(&mut check.uninspected);
@@ -435,6 +448,19 @@ impl OpenScope {
 /// first, each into the next); where the scopes they ended in turn were opened goes to `ended`.
 #[cold]
 #[inline(never)]
+/// Of the frames around an async scope where it finishes (innermost first), those that were
+/// also open where it was made, and all above them.
+fn made_and_finished_in(finished_in: Option<Chain>, made_in: Option<&Chain>) -> Option<Chain> {
+    let (finished_in, made_in) = (finished_in?, made_in?);
+    let at = finished_in
+        .iter()
+        .position(|f| made_in.iter().any(|m| Arc::ptr_eq(f, m)))?;
+    Some(match at {
+        0 => finished_in,
+        at => finished_in[at..].into(),
+    })
+}
+
 fn close_inner(
     frame: &Arc<Frame>,
     above: &[Arc<Frame>],

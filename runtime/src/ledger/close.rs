@@ -71,6 +71,17 @@ pub(crate) fn entries_to_inspect(frame: &Frame) -> (Vec<Key>, FxHashSet<(DeviceI
 /// (or leaves tracking when there is none); escaped ones are also returned. `enclosing` is
 /// the chain the frame closes inside.
 pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn Judge) -> Closed {
+    close_keeping_in(frame, enclosing, enclosing, judge)
+}
+
+/// [`close`], with the kept entries moving to `kept_in` (a part of `enclosing`, or none)
+/// instead: an async scope's output goes only to the scopes open where it was made too.
+pub(crate) fn close_keeping_in(
+    frame: &Arc<Frame>,
+    enclosing: Option<&Chain>,
+    kept_in: Option<&Chain>,
+    judge: &dyn Judge,
+) -> Closed {
     // Filled in place: the result is large, and moving it costs more than closing a clean frame.
     let mut closed = Closed::default();
     if frame.noted(PARKED) {
@@ -132,10 +143,18 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
         return closed;
     }
     let open = enclosing.and_then(open_chain);
+    // Usually where the others go.
+    let narrowed = match (kept_in, enclosing) {
+        (Some(k), Some(e)) if Arc::ptr_eq(k, e) => None,
+        (None, None) => None,
+        (k, _) => Some(k.and_then(open_chain)),
+    };
+    let kept_open = narrowed.as_ref().map_or(open.as_ref(), Option::as_ref);
     let mut closing = Closing {
         frame,
         inside: enclosing,
         enclosing: open.as_ref(),
+        kept_in: kept_open,
         judge,
         closed: &mut closed,
         charged_later: Vec::new(),
@@ -148,10 +167,13 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
         closing.by_shard(&keys);
     }
     let charged_later = std::mem::take(&mut closing.charged_later);
-    let enclosing = open.as_ref();
     drop(keys);
-    if let Some(chain) = enclosing {
-        for key in charged_later {
+    for (key, kept) in charged_later {
+        let chain = match kept {
+            true => kept_open,
+            false => open.as_ref(),
+        };
+        if let Some(chain) = chain {
             let mut map = shard(key);
             let hash_map::Entry::Occupied(mut slot) = map.entry(key) else {
                 continue;
@@ -184,11 +206,13 @@ struct Closing<'a> {
     inside: Option<&'a Chain>,
     /// Where its live entries go: the open part of `inside`.
     enclosing: Option<&'a Chain>,
+    /// Where its kept entries go: `enclosing`, or the open part of a part of it.
+    kept_in: Option<&'a Chain>,
     judge: &'a dyn Judge,
     closed: &'a mut Closed,
-    /// Entries not charged to all of `enclosing` (an async scope closing elsewhere than it
-    /// ran), handed on after the walk.
-    charged_later: Vec<Key>,
+    /// Entries not charged to all of where they go (an async scope closing elsewhere than it
+    /// ran), handed on after the walk; true for a kept one.
+    charged_later: Vec<(Key, bool)>,
 }
 
 impl Closing<'_> {
@@ -215,16 +239,17 @@ impl Closing<'_> {
             }
             Fate::Escaped => {}
         }
-        match self.enclosing {
+        let kept = fate == Fate::Kept;
+        match if kept { self.kept_in } else { self.enclosing } {
             Some(chain) if charged_to(entry, chain) => match adopt(&chain[0], key) {
                 Some(slot) => {
                     entry.owner = position(entry, &chain[0]);
                     entry.slot = slot;
                 }
                 // It closed meanwhile, on another thread.
-                None => self.charged_later.push(key),
+                None => self.charged_later.push((key, kept)),
             },
-            Some(_) => self.charged_later.push(key),
+            Some(_) => self.charged_later.push((key, kept)),
             None => {
                 let (entry, gone) = untrack_in_place(key, entry);
                 discharge(key, &entry, false, Some(self.frame));
