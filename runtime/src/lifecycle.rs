@@ -194,12 +194,6 @@ impl OpenScope {
             // Off every stack: it ends where it was last placed.
             None => (vec![], self.polled_in.take()),
         };
-        // An async scope finishing where it runs hands its output only to the scopes it was
-        // also made in; what it leaves alive goes to all around it, which it escaped too.
-        let kept_in = match self.suspended && !taken_off && self.placed.is_some() {
-            true => made_and_finished_in(enclosing.clone(), self.made_in.as_ref()),
-            false => enclosing.clone(),
-        };
         // Scopes still open inside it end first, unchecked (bad input: scopes end innermost
         // first); the report says where they were opened.
         let mut ended_inside = Vec::new();
@@ -218,7 +212,12 @@ impl OpenScope {
         let (mut untracked, mut uninspected) = (Vec::new(), Vec::new());
         let mut closed = if checked {
             let mut check = Check::prepare(&self.frame, kept, self.graph_since(kept));
-            let (enclosing, kept_in) = (enclosing.as_ref(), kept_in.as_ref());
+            // An async scope finishing where it runs hands its output only to the scopes it
+            // was also made in; what it leaves alive goes to all around it (it escaped them).
+            let narrowed = (self.suspended && !taken_off && self.placed.is_some())
+                .then(|| made_and_finished_in(enclosing.clone(), self.made_in.as_ref()));
+            let kept_in = narrowed.as_ref().map_or(enclosing.as_ref(), Option::as_ref);
+            let enclosing = enclosing.as_ref();
             let mut closed = ledger::close_keeping_in(&self.frame, enclosing, kept_in, &check);
             closed.held.extend(check.autocast_freed());
             untracked = self.untracked(&closed, taken_off);
