@@ -53,7 +53,8 @@ pub struct Escape {
     pub operator: Option<&'static str>,
     /// Shape of the tensor that the operator returned in it.
     pub shape: Option<Vec<i64>>,
-    /// Element type of that tensor.
+    /// Element type of that tensor, by libtorch's name (`"Float"`, `"Long"` for
+    /// `Kind::Int64`, `"Half"`, `"BFloat16"`, ...).
     pub dtype: Option<&'static str>,
     /// Where it was allocated, user code first, with `GPU_SCOPE_BACKTRACE=on`.
     pub backtrace: Option<String>,
