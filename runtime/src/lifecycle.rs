@@ -54,9 +54,10 @@ pub(crate) struct OpenScope {
     /// it was charged with goes there when it ends off any thread's stack (a cancelled future,
     /// dropped wherever that happens), not to the scopes open where it is dropped.
     polled_in: Option<Chain>,
-    /// The frames open where an async scope was made (kept when it is first taken off): its
-    /// output goes only to those of them that are also around it where it finishes. A spawned
-    /// task's output is its join handle's, not that of the scope it happens to finish in.
+    /// The frames open at an async scope's first poll, where it opens (kept when it is first
+    /// taken off): its output goes only to those of them that are also around it where it
+    /// finishes. A spawned task's output is its join handle's, not that of the scope it
+    /// happens to finish in.
     made_in: Option<Chain>,
     closed: bool,
 }
@@ -443,12 +444,8 @@ impl OpenScope {
     }
 }
 
-/// Scopes opened inside `frame` and still open end first, unchecked, into it (innermost
-/// first, each into the next); where the scopes they ended in turn were opened goes to `ended`.
-#[cold]
-#[inline(never)]
 /// Of the frames around an async scope where it finishes (innermost first), those that were
-/// also open where it was made, and all above them.
+/// also open where it was made (its first poll), and all above them.
 fn made_and_finished_in(finished_in: Option<Chain>, made_in: Option<&Chain>) -> Option<Chain> {
     let (finished_in, made_in) = (finished_in?, made_in?);
     let at = finished_in
@@ -460,6 +457,10 @@ fn made_and_finished_in(finished_in: Option<Chain>, made_in: Option<&Chain>) -> 
     })
 }
 
+/// Scopes opened inside `frame` and still open end first, unchecked, into it (innermost
+/// first, each into the next); where the scopes they ended in turn were opened goes to `ended`.
+#[cold]
+#[inline(never)]
 fn close_inner(
     frame: &Arc<Frame>,
     above: &[Arc<Frame>],

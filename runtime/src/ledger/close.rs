@@ -74,8 +74,9 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
     close_keeping_in(frame, enclosing, enclosing, judge)
 }
 
-/// [`close`], with the kept entries moving to `kept_in` (a part of `enclosing`, or none)
-/// instead: an async scope's output goes only to the scopes open where it was made too.
+/// [`close`], with the entries kept by what the scope hands back (not by `keep`'s marks)
+/// moving to `kept_in` (a part of `enclosing`, or none) instead: an async scope's output goes
+/// only to the scopes open where it was made too.
 pub(crate) fn close_keeping_in(
     frame: &Arc<Frame>,
     enclosing: Option<&Chain>,
@@ -239,7 +240,8 @@ impl Closing<'_> {
             }
             Fate::Escaped => {}
         }
-        let kept = fate == Fate::Kept;
+        // What `keep` marked is judged again by every scope around, as an escape is.
+        let kept = fate == Fate::Kept && !marked;
         match if kept { self.kept_in } else { self.enclosing } {
             Some(chain) if charged_to(entry, chain) => match adopt(&chain[0], key) {
                 Some(slot) => {
