@@ -213,8 +213,8 @@ impl OpenScope {
         let (mut untracked, mut uninspected) = (Vec::new(), Vec::new());
         let mut closed = if checked {
             let mut check = Check::prepare(&self.frame, kept, self.graph_since(kept));
-            // An async scope finishing where it runs hands its output only to the scopes it
-            // was also made in; what it leaves alive goes to all around it (it escaped them).
+            // An async scope finishing where it runs hands its output only to the scopes that
+            // were also open at its first poll; what it leaves alive goes to all around it.
             let narrowed = (self.suspended && !taken_off && self.placed.is_some())
                 .then(|| made_and_finished_in(enclosing.clone(), self.made_in.as_ref()));
             let kept_in = narrowed.as_ref().map_or(enclosing.as_ref(), Option::as_ref);

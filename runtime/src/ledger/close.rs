@@ -76,7 +76,7 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
 
 /// [`close`], with the entries kept by what the scope hands back (not by `keep`'s marks)
 /// moving to `kept_in` (a part of `enclosing`, or none) instead: an async scope's output goes
-/// only to the scopes open where it was made too.
+/// only to the scopes that were open at its first poll too.
 pub(crate) fn close_keeping_in(
     frame: &Arc<Frame>,
     enclosing: Option<&Chain>,
