@@ -609,3 +609,47 @@ fn batches_leaking(_iter: &tch::data::Iter2) -> Result<(), gpu_scope::Error> {
     LEAKED.lock().unwrap().push(floats(2));
     Ok(())
 }
+
+/// Guards and wrappers handed back are read through: a `Ref` or `MutexGuard` of the caller's
+/// cache a function returns, a min-heap's `Reverse`, a `ManuallyDrop`.
+#[test]
+fn returned_guards_and_wrappers_are_searched() {
+    use std::cell::RefCell;
+    use std::cmp::Reverse;
+    use std::mem::ManuallyDrop;
+    use std::sync::{Mutex, RwLock};
+    let cell = RefCell::new(Vec::new());
+    let lock = Mutex::new(Vec::new());
+    let rw = RwLock::new(Vec::new());
+    let (guards, report) = clean(scope(strict("guards"), || {
+        cell.borrow_mut().push(floats(1));
+        lock.lock().unwrap().push(floats(2));
+        rw.write().unwrap().push(floats(3));
+        (cell.borrow(), lock.lock().unwrap(), rw.read().unwrap())
+    }));
+    drop(guards);
+    let expected: u64 = [4, 8, 12].into_iter().map(block).sum();
+    assert_eq!(on(&report).kept, expected, "{report}");
+    let (mut wrapped, report) = clean(scope(strict("wrappers"), || {
+        (Reverse(floats(4)), ManuallyDrop::new(floats(5)))
+    }));
+    assert_eq!(on(&report).kept, block(16) + block(20), "{report}");
+    // SAFETY: dropped once, here.
+    unsafe { ManuallyDrop::drop(&mut wrapped.1) };
+}
+
+/// A kept `VarStore` whose variables this thread holds locked (an `nn::Entry` alive at the
+/// scope's end) is waited for a while, then named not inspected: the exit does not hang.
+#[test]
+fn a_var_store_this_thread_holds_locked_is_not_inspected() {
+    let vs = nn::VarStore::new(device());
+    let root = vs.root();
+    let entry = root.entry("w");
+    let (_, report) = scope(strict("locked store"), || {
+        gpu_scope::keep(&vs);
+    })
+    .unwrap();
+    assert_eq!(report.uninspected_kept.len(), 1, "{report}");
+    assert!(report.uninspected_kept[0].contains("VarStore"), "{report}");
+    drop(entry);
+}

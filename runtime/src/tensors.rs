@@ -3,11 +3,11 @@ use crate::device::DeviceId;
 use crate::ffi;
 use crate::ledger::Key;
 use std::borrow::Cow;
-use std::cell::RefCell;
+use std::cell::{Ref, RefCell, RefMut};
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet, LinkedList, VecDeque};
 use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::{Arc, Mutex, RwLock, TryLockError};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 /// How long a scope's exit waits for a kept `Mutex` or `RwLock` that another thread holds
@@ -394,9 +394,13 @@ impl Tensors for tch::Tensor {
 
 impl Tensors for tch::nn::VarStore {
     fn visit(&self, set: &mut StorageSet) {
-        // Waited for if another thread holds it, as `VarStore::variables` does.
-        let variables = self.variables_.lock();
-        variables.unwrap_or_else(|e| e.into_inner()).visit(set);
+        // As a kept `Mutex` is: waited for a while if held (by another thread, or by an
+        // `nn::Entry` of this one, which would never let go), then named as not inspected.
+        visit_locked(self, set, || match self.variables_.try_lock() {
+            Ok(v) => Some(v),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        })
     }
 }
 
@@ -431,8 +435,10 @@ private_data!(
     tch::data::TextDataIter
 );
 
-/// The parameters and their gradients. The optimizer's own state (Adam's moments, momentum
-/// buffers) is private to libtorch; a scope recognises it when it is made (see the README).
+/// The parameters and their gradients (tch lends out only the trainable variables: its store's
+/// buffers are kept by keeping the `VarStore`). The optimizer's own state (Adam's moments,
+/// momentum buffers) is private to libtorch; a scope recognises it when it is made (see the
+/// README).
 impl Tensors for tch::nn::Optimizer {
     fn visit(&self, set: &mut StorageSet) {
         for t in self.trainable_variables() {
@@ -846,6 +852,7 @@ impl<T: Tensors, const N: usize> Tensors for [T; N] {
     }
 }
 
+/// The values: a key type need not implement `Tensors`, and a key's tensors are not searched.
 impl<K, V: Tensors, S> Tensors for HashMap<K, V, S> {
     fn visit(&self, set: &mut StorageSet) {
         self.values().for_each(|v| v.visit(set))
@@ -858,7 +865,8 @@ impl<K, V: Tensors> Tensors for BTreeMap<K, V> {
     }
 }
 
-/// Only the `Ok` value is searched: an error is not where tensors are handed back.
+/// Only the `Ok` value is searched, at any depth: an error is not where tensors are handed
+/// back (and its type need not implement `Tensors`).
 impl<T: Tensors, E> Tensors for Result<T, E> {
     fn visit(&self, set: &mut StorageSet) {
         if let Ok(v) = self {
@@ -903,6 +911,30 @@ fn visit_locked<L: ?Sized, G: std::ops::Deref<Target: Tensors>>(
         Some(v) => set.made_before(false, |set| v.visit(set)),
         None => set.add_uninspected(std::any::type_name::<L>()),
     })
+}
+
+/// A guard or borrow handed back (`-> Ref<'_, Vec<Tensor>>`): what it reaches, read through it.
+macro_rules! guard {
+    ($($t:ident),* $(,)?) => {
+        $(impl<T: Tensors + ?Sized> Tensors for $t<'_, T> {
+            fn visit(&self, set: &mut StorageSet) {
+                (**self).visit(set)
+            }
+        })*
+    };
+}
+guard!(Ref, RefMut, MutexGuard, RwLockReadGuard, RwLockWriteGuard);
+
+impl<T: Tensors> Tensors for std::cmp::Reverse<T> {
+    fn visit(&self, set: &mut StorageSet) {
+        self.0.visit(set)
+    }
+}
+
+impl<T: Tensors + ?Sized> Tensors for std::mem::ManuallyDrop<T> {
+    fn visit(&self, set: &mut StorageSet) {
+        (**self).visit(set)
+    }
 }
 
 impl<T: Tensors + ?Sized> Tensors for Mutex<T> {
