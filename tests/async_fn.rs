@@ -558,11 +558,14 @@ fn a_poll_where_the_scope_cannot_be_placed_leaves_it_not_tracked() {
 }
 
 #[gpu_scope::gpu_scope(name = "background")]
-async fn background(steps: usize) -> Tensor {
+async fn background(steps: usize, keep_too: bool) -> Tensor {
     let mut acc = floats(16);
     for _ in 0..steps {
         tokio::task::yield_now().await;
         acc = &acc + 1;
+    }
+    if keep_too {
+        gpu_scope::keep(&acc);
     }
     acc
 }
@@ -585,13 +588,15 @@ fn a_spawned_tasks_output_goes_to_the_scopes_it_was_made_in() {
             assert!(report.is_clean(), "{report}");
         }
     };
-    let task = rt.spawn(background(3));
-    frames(6);
-    assert!(task.is_finished());
-    assert_eq!(rt.block_on(task).unwrap().size(), [16]);
+    for keep_too in [false, true] {
+        let task = rt.spawn(background(3, keep_too));
+        frames(6);
+        assert!(task.is_finished());
+        assert_eq!(rt.block_on(task).unwrap().size(), [16]);
+    }
 
     let outer = gpu_scope::Scope::enter(strict("outer")).unwrap();
-    let task = rt.spawn(background(2));
+    let task = rt.spawn(background(2, false));
     frames(4);
     let stash = vec![rt.block_on(task).unwrap()];
     let Err(Error::Escaped(report)) = outer.exit(&()) else {

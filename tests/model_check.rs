@@ -517,9 +517,9 @@ impl Run {
             self.hand_on(id, &into);
         }
         for &id in &kept {
-            // What `keep` marked goes where escapes go: every scope around judges it again.
-            let marked = (self.info[id].kept_past).is_some_and(|m| m == f || into.contains(&m));
-            self.hand_on(id, if marked { &into } else { &kept_into });
+            // What only `keep` marked goes where escapes go: every scope around judges it.
+            let returned = self.frames[f].returned.contains(&id);
+            self.hand_on(id, if returned { &kept_into } else { &into });
         }
         let mut reported: Vec<(usize, u64)> = (report.escaped.iter())
             .map(|e| (e.address, e.bytes))

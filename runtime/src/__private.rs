@@ -368,7 +368,7 @@ pub trait ViaOwnTensors {
 
 impl<T: Tensors + ?Sized> ViaOwnTensors for &&Owned<'_, T> {
     fn __gpu_scope_share(&self) -> Share {
-        self.0.__gpu_scope_shared()
+        self.0.__gpu_scope_shared(crate::tensors::Seal(()))
     }
 }
 

@@ -92,8 +92,10 @@ impl<'a> Check<'a> {
 
 impl Judge for Check<'_> {
     fn fate(&self, key: Key, entry: &Entry, marked: bool) -> Fate {
-        if marked || self.kept.keys.contains(&key) {
+        if self.kept.keys.contains(&key) {
             Fate::Kept
+        } else if marked {
+            Fate::Marked
         } else if let Some(&kind) = self.workspaces.get(&key) {
             Fate::Held(HeldBy::Workspace(kind))
         } else if entry.made.backward {

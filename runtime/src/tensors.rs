@@ -370,11 +370,20 @@ pub trait Tensors {
     /// What an owned argument of this type still shares with the caller when it is an `Arc`,
     /// an `Rc` or a `Tensor` (or an `Option`, `Box`, `Pin` or `Cow` of one), or all it reaches
     /// when it is a shared borrow: how a `#[gpu_scope]` function finds that through a generic
-    /// or `impl Trait` argument's `Tensors` bound. Not for implementing.
+    /// or `impl Trait` argument's `Tensors` bound. Sealed: only this crate can implement or
+    /// call it (its `Share` may hold a borrow whose lifetime it no longer names).
     #[doc(hidden)]
-    fn __gpu_scope_shared(&self) -> crate::__private::Share {
+    fn __gpu_scope_shared(&self, _: Seal) -> crate::__private::Share {
         crate::__private::Share::NONE
     }
+}
+
+pub(crate) use seal::Seal;
+mod seal {
+    /// What [`Tensors::__gpu_scope_shared`](super::Tensors::__gpu_scope_shared) takes: public,
+    /// in a private module, so that other crates can neither name nor make it.
+    #[derive(Clone, Copy, Debug)]
+    pub struct Seal(pub(crate) ());
 }
 
 impl Tensors for tch::Tensor {
@@ -382,7 +391,7 @@ impl Tensors for tch::Tensor {
         set.add_tensor(self);
     }
 
-    fn __gpu_scope_shared(&self) -> crate::__private::Share {
+    fn __gpu_scope_shared(&self, _: Seal) -> crate::__private::Share {
         use crate::__private::{Owned, Share, ViaShared};
         Share::erase(ViaShared::__gpu_scope_share(&&Owned(self)))
     }
@@ -691,8 +700,8 @@ macro_rules! through_deref {
             (**self).visit(set)
         }
 
-        fn __gpu_scope_shared(&self) -> crate::__private::Share {
-            (**self).__gpu_scope_shared()
+        fn __gpu_scope_shared(&self, seal: Seal) -> crate::__private::Share {
+            (**self).__gpu_scope_shared(seal)
         }
     };
 }
@@ -711,7 +720,7 @@ impl<T: Tensors + ?Sized> Tensors for &T {
     }
 
     /// A shared borrow passed as a generic argument is the caller's, as a `&T` argument is.
-    fn __gpu_scope_shared(&self) -> crate::__private::Share {
+    fn __gpu_scope_shared(&self, _: Seal) -> crate::__private::Share {
         crate::__private::Share::erase(crate::__private::SharedBorrow(*self))
     }
 }
@@ -724,7 +733,7 @@ macro_rules! shared {
                 set.unless_searching::<Self, T>($t::as_ptr(self), shared, |set| (**self).visit(set))
             }
 
-            fn __gpu_scope_shared(&self) -> crate::__private::Share {
+            fn __gpu_scope_shared(&self, _: Seal) -> crate::__private::Share {
                 use crate::__private::{Owned, Share, ViaShared};
                 Share::erase(ViaShared::__gpu_scope_share(&&Owned(self)))
             }
@@ -740,13 +749,13 @@ impl<P: Tensors + std::ops::Deref<Target: Tensors>> Tensors for Pin<P> {
         (**self).visit(set)
     }
 
-    fn __gpu_scope_shared(&self) -> crate::__private::Share {
+    fn __gpu_scope_shared(&self, seal: Seal) -> crate::__private::Share {
         // SAFETY: `Pin<P>` is `repr(transparent)` over `P`, which the standard library does
-        // not lend out. Only this crate implements `__gpu_scope_shared` (hidden, "not for
-        // implementing"), and its impls only read through the pointer (a `Share` holds a
-        // `Weak` or a shared borrow of the pointee), so nothing moves the pinned value.
+        // not lend out. Only this crate can implement `__gpu_scope_shared` (sealed by `Seal`),
+        // and its impls only read through the pointer (a `Share` holds a `Weak` or a shared
+        // borrow of the pointee), so nothing moves the pinned value.
         let pointer = unsafe { &*(self as *const Pin<P>).cast::<P>() };
-        pointer.__gpu_scope_shared()
+        pointer.__gpu_scope_shared(seal)
     }
 }
 
@@ -771,9 +780,10 @@ impl<T: Tensors> Tensors for Option<T> {
         self.iter().for_each(|v| v.visit(set))
     }
 
-    fn __gpu_scope_shared(&self) -> crate::__private::Share {
-        self.as_ref()
-            .map_or(crate::__private::Share::NONE, T::__gpu_scope_shared)
+    fn __gpu_scope_shared(&self, seal: Seal) -> crate::__private::Share {
+        self.as_ref().map_or(crate::__private::Share::NONE, |v| {
+            v.__gpu_scope_shared(seal)
+        })
     }
 }
 

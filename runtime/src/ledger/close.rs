@@ -15,6 +15,9 @@ use std::sync::Arc;
 pub(crate) enum Fate {
     /// Owned by what the scope hands back: moves on to the enclosing frame.
     Kept,
+    /// Kept by `keep`'s marks only: moves on to the enclosing frame as an escape does (an
+    /// async scope's output goes to fewer of them), as every scope around judges it again.
+    Marked,
     /// Held on purpose: by a library (a workspace), or by tensors the scope cannot see
     /// (gradients, optimizer state, an autograd graph). Moves on to the enclosing frame, which
     /// judges it again (it may have been freed meanwhile).
@@ -74,9 +77,10 @@ pub(crate) fn close(frame: &Arc<Frame>, enclosing: Option<&Chain>, judge: &dyn J
     close_keeping_in(frame, enclosing, enclosing, judge)
 }
 
-/// [`close`], with the entries kept by what the scope hands back (not by `keep`'s marks)
-/// moving to `kept_in` (a part of `enclosing`, or none) instead: an async scope's output goes
-/// only to the scopes that were open at its first poll too.
+/// [`close`], with the entries neither escaped nor only marked by `keep` (those kept by what
+/// the scope hands back, and what they hold) moving to `kept_in` (a part of `enclosing`, or
+/// none) instead: an async scope's output goes only to the scopes that were open at its first
+/// poll too.
 pub(crate) fn close_keeping_in(
     frame: &Arc<Frame>,
     enclosing: Option<&Chain>,
@@ -207,12 +211,13 @@ struct Closing<'a> {
     inside: Option<&'a Chain>,
     /// Where its live entries go: the open part of `inside`.
     enclosing: Option<&'a Chain>,
-    /// Where its kept entries go: `enclosing`, or the open part of a part of it.
+    /// Where its entries kept by what it hands back, and those they hold, go: `enclosing`, or
+    /// the open part of a part of it.
     kept_in: Option<&'a Chain>,
     judge: &'a dyn Judge,
     closed: &'a mut Closed,
     /// Entries not charged to all of where they go (an async scope closing elsewhere than it
-    /// ran), handed on after the walk; true for a kept one.
+    /// ran), handed on after the walk; true for one going to `kept_in`.
     charged_later: Vec<(Key, bool)>,
 }
 
@@ -229,7 +234,7 @@ impl Closing<'_> {
         let fate = self.judge.fate(key, entry, marked);
         let closed = &mut *self.closed;
         match fate {
-            Fate::Kept => closed.kept.both(key.1, |c| {
+            Fate::Kept | Fate::Marked => closed.kept.both(key.1, |c| {
                 c.allocations += 1;
                 c.gain(bytes)
             }),
@@ -240,8 +245,7 @@ impl Closing<'_> {
             }
             Fate::Escaped => {}
         }
-        // What `keep` marked is judged again by every scope around, as an escape is.
-        let kept = fate == Fate::Kept && !marked;
+        let kept = !matches!(fate, Fate::Escaped | Fate::Marked);
         match if kept { self.kept_in } else { self.enclosing } {
             Some(chain) if charged_to(entry, chain) => match adopt(&chain[0], key) {
                 Some(slot) => {
