@@ -405,11 +405,7 @@ impl Tensors for tch::nn::VarStore {
     fn visit(&self, set: &mut StorageSet) {
         // As a kept `Mutex` is: waited for a while if held (by another thread, or by an
         // `nn::Entry` of this one, which would never let go), then named as not inspected.
-        visit_locked(self, set, || match self.variables_.try_lock() {
-            Ok(v) => Some(v),
-            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(TryLockError::WouldBlock) => None,
-        })
+        visit_locked(self, set, || try_lock(&self.variables_))
     }
 }
 
@@ -947,13 +943,18 @@ impl<T: Tensors + ?Sized> Tensors for std::mem::ManuallyDrop<T> {
     }
 }
 
+/// The guard, if the lock is free now (poisoned or not).
+fn try_lock<T: ?Sized>(lock: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    match lock.try_lock() {
+        Ok(v) => Some(v),
+        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
+}
+
 impl<T: Tensors + ?Sized> Tensors for Mutex<T> {
     fn visit(&self, set: &mut StorageSet) {
-        visit_locked(self, set, || match self.try_lock() {
-            Ok(v) => Some(v),
-            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(TryLockError::WouldBlock) => None,
-        })
+        visit_locked(self, set, || try_lock(self))
     }
 }
 
