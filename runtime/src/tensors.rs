@@ -689,7 +689,8 @@ impl Tensors for tch::nn::GRUState {
     }
 }
 
-/// The methods of a pointer or wrapper that is its pointee to a scope (`&mut`, `Box`, `Cow`).
+/// The methods of a pointer or wrapper that is its pointee to a scope (`&mut`, `Box`, `Cow`,
+/// `ManuallyDrop`).
 macro_rules! through_deref {
     () => {
         fn visit(&self, set: &mut StorageSet) {
@@ -938,9 +939,7 @@ impl<T: Tensors> Tensors for std::cmp::Reverse<T> {
 }
 
 impl<T: Tensors + ?Sized> Tensors for std::mem::ManuallyDrop<T> {
-    fn visit(&self, set: &mut StorageSet) {
-        (**self).visit(set)
-    }
+    through_deref!();
 }
 
 /// The guard, if the lock is free now (poisoned or not).

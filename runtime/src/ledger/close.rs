@@ -151,7 +151,6 @@ pub(crate) fn close_keeping_in(
     // Usually where the others go.
     let narrowed = match (kept_in, enclosing) {
         (Some(k), Some(e)) if Arc::ptr_eq(k, e) => None,
-        (None, None) => None,
         (k, _) => Some(k.and_then(open_chain)),
     };
     let kept_open = narrowed.as_ref().map_or(open.as_ref(), Option::as_ref);
