@@ -537,3 +537,54 @@ fn a_returned_closure_is_named_and_its_captures_are_not_seen() {
     assert_eq!(report.opaque_kept.len(), 1, "{report}");
     assert_eq!(f(&floats(4)).numel(), 4);
 }
+
+/// A crate of the user's that re-exports gpu-scope, as a framework would.
+mod framework {
+    pub use gpu_scope as scoped;
+}
+
+/// The macros told where gpu-scope is (`crate = path`): a re-export, named from a module that
+/// does not import it.
+mod through_a_reexport {
+    use super::common::floats;
+    use super::framework::scoped;
+    use tch::Tensor;
+
+    #[derive(scoped::Tensors)]
+    #[tensors(crate = crate::framework::scoped)]
+    pub struct Out {
+        pub t: Tensor,
+    }
+
+    #[scoped::gpu_scope(crate = crate::framework::scoped, on_escape = error)]
+    pub fn kept(stash: &mut Vec<Tensor>, leak: bool) -> Result<Out, scoped::Error> {
+        if leak {
+            std::mem::forget(floats(3));
+        }
+        stash.push(floats(2));
+        Ok(Out { t: floats(4) })
+    }
+
+    pub fn block() -> Result<Tensor, scoped::Error> {
+        scoped::scope!(crate = "crate::framework::scoped", on_escape = error, {
+            std::mem::forget(floats(5));
+            floats(1)
+        })
+    }
+}
+
+#[test]
+fn the_macros_reach_gpu_scope_through_the_path_given() {
+    let mut stash = Vec::new();
+    let out = through_a_reexport::kept(&mut stash, false).unwrap();
+    let r = last_report().unwrap();
+    assert_eq!((r.kept, out.t.size(), stash.len()), (24, vec![4], 1), "{r}");
+    let Err(Error::Escaped(r)) = through_a_reexport::kept(&mut stash, true) else {
+        panic!("the leak was not caught");
+    };
+    assert_eq!(r.escaped_bytes, 12, "{r}");
+    let Err(Error::Escaped(r)) = through_a_reexport::block() else {
+        panic!("the block's leak was not caught");
+    };
+    assert_eq!(r.escaped_bytes, 20, "{r}");
+}

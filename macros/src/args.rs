@@ -296,7 +296,7 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
             let span = Span::mixed_site();
             let mutability = p.mutability.replace(Token![mut](span));
             args.rebinds.push(quote_spanned! {span=>
-                let #mutability #name = ::gpu_scope::__private::reborrow(&mut #name);
+                let #mutability #name = ::core::option::Option::as_deref_mut(&mut #name);
             });
             return;
         }

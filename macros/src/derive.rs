@@ -1,4 +1,5 @@
 //! `#[derive(Tensors)]`: a struct or enum owns the tensors of its fields.
+use crate::options::{crate_path, private};
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
@@ -68,8 +69,9 @@ fn skipped_field(field: &syn::Field) -> syn::Result<bool> {
     Ok(skipped(&field.attrs)? || phantom)
 }
 
-/// `tensors` attributes on the type itself are errors: what to skip is said per field.
-fn on_the_type(attrs: &[Attribute]) -> syn::Result<()> {
+/// The `crate = path` of a `tensors` attribute on the type itself; any other is an error: what
+/// to skip is said per field.
+fn on_the_type(attrs: &[Attribute]) -> syn::Result<Option<syn::Path>> {
     // `#[repr(packed)]`, `#[repr(C, packed(2))]`: its fields cannot be borrowed in place.
     let packed = attrs
         .iter()
@@ -91,19 +93,39 @@ fn on_the_type(attrs: &[Attribute]) -> syn::Result<()> {
              unaligned and cannot be borrowed in place; implement `gpu_scope::Tensors` by hand",
         ));
     }
-    match attrs.iter().find(|a| a.path().is_ident("tensors")) {
-        Some(attr) => Err(syn::Error::new_spanned(
-            attr,
-            "`#[tensors(...)]` goes on a field or an enum variant, not on the type: mark each \
-             field that holds no tensors `#[tensors(skip)]`, or implement `gpu_scope::Tensors` \
-             by hand with an empty `visit`",
-        )),
-        None => Ok(()),
+    // `#[tensors(crate = path)]`: where gpu-scope is found (renamed or re-exported).
+    let mut krate = None;
+    for attr in attrs.iter().filter(|a| a.path().is_ident("tensors")) {
+        let mut said = false;
+        attr.parse_nested_meta(|meta| {
+            said = true;
+            if !meta.path.is_ident("crate") {
+                return Err(meta.error(ON_THE_TYPE));
+            }
+            if krate.is_some() {
+                return Err(meta.error("`crate` is given twice; keep one"));
+            }
+            krate = Some(crate_path(meta.value()?)?);
+            Ok(())
+        })?;
+        if !said {
+            return Err(syn::Error::new_spanned(attr, ON_THE_TYPE));
+        }
     }
+    Ok(krate)
 }
 
+const ON_THE_TYPE: &str = "`#[tensors(skip)]` goes on a field or an enum variant, not on the \
+type: mark each field that holds no tensors `#[tensors(skip)]`, or implement `gpu_scope::Tensors` \
+by hand with an empty `visit`; on the type, `#[tensors(...)]` only takes `crate = path` (where \
+gpu-scope is renamed or re-exported)";
+
 /// Binds each visited field of `fields` and returns the pattern and the visit statements.
-fn visit_fields(fields: &Fields, set: &syn::Ident) -> syn::Result<(TokenStream, TokenStream)> {
+fn visit_fields(
+    fields: &Fields,
+    set: &syn::Ident,
+    krate: Option<&syn::Path>,
+) -> syn::Result<(TokenStream, TokenStream)> {
     let span = Span::mixed_site();
     let mut binds = Vec::new();
     let mut visits = Vec::new();
@@ -120,9 +142,10 @@ fn visit_fields(fields: &Fields, set: &syn::Ident) -> syn::Result<(TokenStream, 
         };
         let var = format_ident!("__gpu_scope_f{}", i, span = span);
         let ty = &field.ty;
+        let private = private(krate, ty.span());
         binds.push(quote!(#member: #var));
         visits.push(quote_spanned! {ty.span()=>
-            <#ty as ::gpu_scope::__private::Tensors>::visit(#var, #set);
+            <#ty as #private::Tensors>::visit(#var, #set);
         });
     }
     Ok((quote!({ #(#binds,)* .. }), quote!(#(#visits)*)))
@@ -248,13 +271,14 @@ fn visited_params(input: &DeriveInput) -> syn::Result<Needs> {
 /// Output: `impl<T: Tensors> Tensors for M<T> { fn visit(&self, set) { deeper(set, |set| match self { M { a, .. } => a.visit(set) }) } }`
 pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
     let input: DeriveInput = syn::parse2(input)?;
-    on_the_type(&input.attrs)?;
+    let krate = on_the_type(&input.attrs)?;
+    let private = private(krate.as_ref(), Span::call_site());
     let name = &input.ident;
     let set = syn::Ident::new("__gpu_scope_set", Span::mixed_site());
     let arms =
         match &input.data {
             Data::Struct(s) => {
-                let (pattern, visits) = visit_fields(&s.fields, &set)?;
+                let (pattern, visits) = visit_fields(&s.fields, &set, krate.as_ref())?;
                 vec![quote!(#name #pattern => { #visits })]
             }
             Data::Enum(e) => e
@@ -262,7 +286,7 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
                 .iter()
                 .map(|v| {
                     let variant = &v.ident;
-                    let (pattern, visits) = visit_fields(&v.fields, &set)?;
+                    let (pattern, visits) = visit_fields(&v.fields, &set, krate.as_ref())?;
                     Ok(match skipped(&v.attrs)? {
                         true => quote!(#name::#variant { .. } => {}),
                         false => quote!(#name::#variant #pattern => { #visits }),
@@ -281,22 +305,20 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
     let mut generics = input.generics.clone();
     for param in generics.type_params_mut() {
         if needs.params.contains(&param.ident) {
-            param
-                .bounds
-                .push(syn::parse_quote!(::gpu_scope::__private::Tensors));
+            param.bounds.push(syn::parse_quote!(#private::Tensors));
         }
     }
     for ty in &needs.associated {
-        let bound = syn::parse_quote!(#ty: ::gpu_scope::__private::Tensors);
+        let bound = syn::parse_quote!(#ty: #private::Tensors);
         generics.make_where_clause().predicates.push(bound);
     }
     let (impl_generics, ty_generics, where_clause) = generics.split_for_impl();
     Ok(quote! {
         #[automatically_derived]
-        impl #impl_generics ::gpu_scope::__private::Tensors for #name #ty_generics #where_clause {
+        impl #impl_generics #private::Tensors for #name #ty_generics #where_clause {
             #[allow(unused_variables)]
-            fn visit(&self, #set: &mut ::gpu_scope::__private::StorageSet) {
-                ::gpu_scope::__private::deeper(#set, |#set| {
+            fn visit(&self, #set: &mut #private::StorageSet) {
+                #private::deeper(#set, |#set| {
                     #[allow(unreachable_patterns)]
                     match self {
                         #(#arms)*

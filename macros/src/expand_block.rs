@@ -37,6 +37,7 @@ fn rewrite(ScopedBlock { options, block }: ScopedBlock) -> TokenStream {
         ::core::concat!(::core::file!(), ":", ::core::line!())
     );
     let opts = scope_options(&options, default_name, false);
+    let private = options.private(span);
     let (exit, value, kept, err) = (
         local::local(EXIT, span),
         local::local(VALUE, span),
@@ -44,7 +45,7 @@ fn rewrite(ScopedBlock { options, block }: ScopedBlock) -> TokenStream {
         local::local(ERROR, span),
     );
 
-    let mut keep = Kept::default();
+    let mut keep = Kept::new(options.krate());
     let value_at = match block.stmts.last() {
         Some(Stmt::Expr(tail, None)) => tail.span(),
         _ => block.brace_token.span.join(),
@@ -68,7 +69,7 @@ fn rewrite(ScopedBlock { options, block }: ScopedBlock) -> TokenStream {
     // `break`, a panic), which is not the user's concern, so not linted.
     if options.policy() != Some(Policy::Error) {
         return quote_spanned! {span=> {
-            let #exit = ::gpu_scope::__private::ScopeGuard::enter(#opts);
+            let #exit = #private::ScopeGuard::enter(#opts);
             #touch
             let #value = #block;
             #[allow(unreachable_code)]
@@ -83,7 +84,7 @@ fn rewrite(ScopedBlock { options, block }: ScopedBlock) -> TokenStream {
     // a type error about the `Result` (and rustc's `.expect()` or `?`) points at the call.
     let result = Ident::new(RESULT, Span::call_site());
     quote_spanned! {span=> {
-        let #result = match ::gpu_scope::__private::ScopeGuard::try_enter(#opts) {
+        let #result = match #private::ScopeGuard::try_enter(#opts) {
             ::core::result::Result::Ok(#exit) => {
                 #touch
                 let #value = #block;

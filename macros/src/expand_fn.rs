@@ -52,14 +52,14 @@ fn rewrite(
     }: ScopedFn,
 ) -> TokenStream {
     let span = Span::mixed_site();
+    let private = options.private(span);
     let ident = &func.sig.ident;
     // The function's path as rustc prints it for an item declared in its body (a method's
     // includes its type), worked out once; `module_path::ident` if rustc's form is not the
     // expected one.
     let default_name = quote_spanned!(span=> {
         fn __gpu_scope_fn() {}
-        static __GPU_SCOPE_NAME: ::gpu_scope::__private::FnName =
-            ::gpu_scope::__private::FnName::new();
+        static __GPU_SCOPE_NAME: #private::FnName = #private::FnName::new();
         __GPU_SCOPE_NAME.get(
             ::core::any::type_name_of_val(&__gpu_scope_fn),
             ::core::concat!(::core::module_path!(), "::", ::core::stringify!(#ident)),
@@ -71,7 +71,7 @@ fn rewrite(
         ReturnType::Default => None,
     };
     let body = match &ret_ty {
-        Some(ty) if types::is_never(ty) => never_returns(&func, opts),
+        Some(ty) if types::is_never(ty) => never_returns(&func, opts, &private),
         _ => {
             let args = args::classify(&mut func.sig, &func.block, &tokens);
             if args.pinned_self.is_some() {
@@ -82,7 +82,7 @@ fn rewrite(
                 .as_ref()
                 .filter(|p| p.value == Policy::Error)
                 .map(|p| p.key);
-            returns(&func, &args, ret_ty.as_ref(), opts, error)
+            returns(&func, &args, ret_ty.as_ref(), opts, error, options.krate())
         }
     };
     let block = Block {
@@ -100,6 +100,7 @@ fn returns(
     ret_ty: Option<&Type>,
     opts: TokenStream,
     on_escape_error: Option<Span>,
+    krate: Option<&syn::Path>,
 ) -> TokenStream {
     let span = Span::mixed_site();
     let (ret, exit, kept, err) = (
@@ -108,8 +109,8 @@ fn returns(
         local::local(KEPT, span),
         local::local(ERROR, span),
     );
-    let private = quote_spanned!(span=> ::gpu_scope::__private);
-    let (shares, collect) = kept_values(args, ret_ty);
+    let private = crate::options::private(krate, span);
+    let (shares, collect) = kept_values(args, ret_ty, krate);
 
     // Sync: a guard, and the body run as a closure. Async: a future whose output comes with
     // the end of its scope.
@@ -190,9 +191,14 @@ fn returns(
 
 /// The weak handles taken before the body, and the collection of kept values after it: the
 /// return value, the borrowed arguments, and what the handles still reach.
-fn kept_values(args: &Args, ret_ty: Option<&Type>) -> (Vec<TokenStream>, TokenStream) {
+fn kept_values(
+    args: &Args,
+    ret_ty: Option<&Type>,
+    krate: Option<&syn::Path>,
+) -> (Vec<TokenStream>, TokenStream) {
     let span = Span::mixed_site();
-    let mut kept = Kept::default();
+    let private = crate::options::private(krate, span);
+    let mut kept = Kept::new(krate);
     match ret_ty {
         None => {}
         Some(ty) if types::has_impl_trait(ty) => kept.lenient(local::local(RET, span), false),
@@ -212,8 +218,8 @@ fn kept_values(args: &Args, ret_ty: Option<&Type>) -> (Vec<TokenStream>, TokenSt
         let handle = format_ident!("{}{}", SHARED, i, span = span);
         shares.push(quote_spanned! {span=>
             let #handle = {
-                use ::gpu_scope::__private::{ViaShared as _, ViaSharedUnseen as _, ViaOwnTensors as _, ViaUnshared as _};
-                (&&::gpu_scope::__private::Owned(&#owned)).__gpu_scope_share()
+                use #private::{ViaShared as _, ViaSharedUnseen as _, ViaOwnTensors as _, ViaUnshared as _};
+                (&&#private::Owned(&#owned)).__gpu_scope_share()
             };
         });
         kept.checked(&handle, None, span);
@@ -253,19 +259,19 @@ fn body(func: &ItemFn, args: &Args, ret_ty: Option<&Type>) -> TokenStream {
 
 /// A function returning `!` never ends normally: its scope is entered, the body runs inline,
 /// and only an unwinding panic ends the scope (unchecked).
-fn never_returns(func: &ItemFn, opts: TokenStream) -> TokenStream {
+fn never_returns(func: &ItemFn, opts: TokenStream, private: &TokenStream) -> TokenStream {
     let span = Span::mixed_site();
     let exit = local::local(EXIT, span);
     let block = &func.block;
     if func.sig.asyncness.is_some() {
         quote_spanned! {span=>
-            let _ = ::gpu_scope::__private::ScopeFuture::enter(#opts, async #block).await;
+            let _ = #private::ScopeFuture::enter(#opts, async #block).await;
             ::core::unreachable!("an `async fn` returning `!` returned")
         }
     } else {
         let stmts = &block.stmts;
         quote_spanned! {span=>
-            let #exit = ::gpu_scope::__private::ScopeGuard::enter(#opts);
+            let #exit = #private::ScopeGuard::enter(#opts);
             #(#stmts)*
         }
     }

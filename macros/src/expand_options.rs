@@ -13,7 +13,7 @@ pub(crate) fn scope_options(
     cannot_unwind: bool,
 ) -> TokenStream {
     let span = Span::mixed_site();
-    let private = quote_spanned!(span=> ::gpu_scope::__private);
+    let private = options.private(span);
     let name = match options.name.as_ref().map(|n| &n.value) {
         None => default_name,
         Some(Name::Literal(lit)) => quote!(#lit),

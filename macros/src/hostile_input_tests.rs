@@ -67,6 +67,22 @@ const ITEM: &str = "fn f() -> u32 { 1 }";
 fn malformed_attribute_options() {
     let cases: &[(&str, Option<&str>, &str)] = &[
         ("bogus", Some("bogus"), "unknown option `bogus`"),
+        ("crate", Some("crate"), "option `crate` needs a value"),
+        (
+            "crate = 1",
+            Some("1"),
+            "write the path gpu-scope is found at",
+        ),
+        (
+            "crate = \"a b\"",
+            Some("\"a b\""),
+            "write the path gpu-scope is found at",
+        ),
+        (
+            "crate = gs, crate = gs",
+            Some("crate"),
+            "option `crate` is given twice",
+        ),
         (
             "name",
             Some("name"),
@@ -296,8 +312,23 @@ fn malformed_derive_input() {
         ),
         (
             "#[tensors(skip)] struct S { a: T }",
-            Some("#[tensors(skip)]"),
+            Some("skip"),
             "not on the type",
+        ),
+        (
+            "#[tensors(crate = 1)] struct S { a: T }",
+            Some("1"),
+            "write the path gpu-scope is found at",
+        ),
+        (
+            "#[tensors(crate = gs, crate = gs)] struct S { a: T }",
+            Some("crate"),
+            "`crate` is given twice",
+        ),
+        (
+            "#[tensors()] struct S { a: T }",
+            Some("#[tensors()]"),
+            "only takes `crate = path`",
         ),
         (
             "enum E { #[tensors(skip)] A(T), #[tensors(bogus = 1)] B }",

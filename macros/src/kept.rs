@@ -1,17 +1,27 @@
 //! The collection of kept values: generated code that gathers the storages of everything a
 //! scope hands back into one `StorageSet`, which the scope's exit receives.
 use crate::local::{self, KEPT};
+use crate::options::private;
 use proc_macro2::{Delimiter, Group, Span, TokenStream};
 use quote::{quote_spanned, ToTokens};
 use syn::Type;
 
-#[derive(Default)]
-pub(crate) struct Kept {
+pub(crate) struct Kept<'a> {
+    /// Where gpu-scope is (`crate = path`), or `None`: `::gpu_scope`.
+    krate: Option<&'a syn::Path>,
     checked: Vec<TokenStream>,
     lenient: Vec<TokenStream>,
 }
 
-impl Kept {
+impl<'a> Kept<'a> {
+    pub(crate) fn new(krate: Option<&'a syn::Path>) -> Kept<'a> {
+        Kept {
+            krate,
+            checked: Vec::new(),
+            lenient: Vec::new(),
+        }
+    }
+
     /// A value whose type must implement `Tensors`: a compile error at `at` otherwise, naming
     /// `ty` (the type as written) where it is known.
     pub(crate) fn checked(&mut self, value: impl ToTokens, ty: Option<&Type>, at: Span) {
@@ -20,9 +30,10 @@ impl Kept {
         // Invisible delimiters keep an expression such as `a as B` whole after the `&`.
         let mut value = Group::new(Delimiter::None, value.into_token_stream());
         value.set_span(span);
+        let private = private(self.krate, span);
         let tensors = match ty {
-            Some(ty) => quote_spanned!(span=> <#ty as ::gpu_scope::__private::Tensors>),
-            None => quote_spanned!(span=> ::gpu_scope::__private::Tensors),
+            Some(ty) => quote_spanned!(span=> <#ty as #private::Tensors>),
+            None => quote_spanned!(span=> #private::Tensors),
         };
         self.checked
             .push(quote_spanned!(span=> #tensors::visit(&#value, &mut #kept);));
@@ -34,10 +45,11 @@ impl Kept {
     pub(crate) fn lenient(&mut self, value: impl ToTokens, shared: bool) {
         let span = Span::mixed_site();
         let kept = local::local(KEPT, span);
-        let root = quote_spanned!(span=> (&::gpu_scope::__private::Root(&#value)));
+        let private = private(self.krate, span);
+        let root = quote_spanned!(span=> (&#private::Root(&#value)));
         self.lenient.push(if shared {
             quote_spanned! {span=>
-                ::gpu_scope::__private::made_before(&mut #kept, |#kept| #root.__gpu_scope_visit(#kept));
+                #private::made_before(&mut #kept, |#kept| #root.__gpu_scope_visit(#kept));
             }
         } else {
             quote_spanned!(span=> #root.__gpu_scope_visit(&mut #kept);)
@@ -66,16 +78,16 @@ impl Kept {
     pub(crate) fn collect(&self) -> TokenStream {
         let span = Span::mixed_site();
         let kept = local::local(KEPT, span);
-        let checked = &self.checked;
+        let (private, checked) = (private(self.krate, span), &self.checked);
         let lenient = (!self.lenient.is_empty()).then(|| {
             let lenient = &self.lenient;
             quote_spanned! {span=> {
-                use ::gpu_scope::__private::{ViaOpaque as _, ViaTensors as _};
+                use #private::{ViaOpaque as _, ViaTensors as _};
                 #(#lenient)*
             }}
         });
         quote_spanned! {span=>
-            let mut #kept = ::gpu_scope::__private::StorageSet::new();
+            let mut #kept = #private::StorageSet::new();
             #(#checked)*
             #lenient
         }

@@ -22,6 +22,8 @@ mod valid;
 
 #[cfg(test)]
 mod hostile_input_tests;
+#[cfg(test)]
+mod renamed_tests;
 
 #[cfg_attr(not(doctest), doc = include_str!("../doc/gpu_scope.md"))]
 #[proc_macro_attribute]

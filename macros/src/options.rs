@@ -1,7 +1,7 @@
 //! The options of `#[gpu_scope(...)]` and `scope!(..., { ... })`, parsed into typed values: the
 //! same words in both forms. Which option suits which form is for `valid.rs` to say.
 use crate::size::{parse_size, unit_scale};
-use proc_macro2::Span;
+use proc_macro2::{Span, TokenStream};
 use syn::parse::ParseStream;
 use syn::punctuated::Punctuated;
 use syn::{Expr, Ident, LitBool, LitStr, Token};
@@ -19,7 +19,8 @@ mod kw {
 const VALID: &str = "valid options: `name = \"...\"`, \
 `on_escape = panic | warn | error | ignore`, `release = outermost | always | never | \"<size>\"`, \
 `max_peak = \"<size>\"` (e.g. \"2 GiB\") or an integer expression in bytes, \
-`keep_grad` (or `keep_grad = true | false`), `device = <expr>`";
+`keep_grad` (or `keep_grad = true | false`), `device = <expr>`, `crate = path` (where \
+gpu-scope is renamed or re-exported)";
 const VALID_BLOCK: &str = ", and in `scope!` only `keep = [place, ...]`";
 
 /// Which macro the options belong to: the block form stops before its block.
@@ -74,11 +75,24 @@ pub(crate) struct Options {
     pub keep_grad: Option<Given<bool>>,
     pub device: Option<Given<Expr>>,
     pub keep: Option<Given<Vec<Expr>>>,
+    /// Where the generated code finds gpu-scope: a renamed dependency, or a re-export.
+    pub krate: Option<Given<syn::Path>>,
 }
 
 impl Options {
     pub(crate) fn policy(&self) -> Option<Policy> {
         self.on_escape.as_ref().map(|p| p.value)
+    }
+
+    /// The runtime's hidden module as the generated code names it: `::gpu_scope::__private`
+    /// (at `span`), or under the path `crate = path` gave.
+    pub(crate) fn private(&self, span: Span) -> TokenStream {
+        private(self.krate(), span)
+    }
+
+    /// The path `crate = path` gave.
+    pub(crate) fn krate(&self) -> Option<&syn::Path> {
+        self.krate.as_ref().map(|k| &k.value)
     }
 
     /// Parses a comma-separated option list; in the block form it stops before the block.
@@ -199,6 +213,12 @@ impl Options {
                     expr => Ok(expr),
                 }
             })
+        } else if look.peek(Token![crate]) {
+            let key = input.parse::<Token![crate]>()?.span;
+            set(&mut self.krate, key, "crate", || {
+                equals(input, key, "crate = my_gpu_scope")?;
+                crate_path(input)
+            })
         } else if look.peek(kw::keep) {
             let key = input.parse::<kw::keep>()?.span;
             set(&mut self.keep, key, "keep", || {
@@ -247,6 +267,32 @@ impl Options {
             })
         }
     }
+}
+
+/// `::gpu_scope::__private` (at `span`), or `path::__private`: a path the user wrote resolves
+/// where it was written.
+pub(crate) fn private(path: Option<&syn::Path>, span: Span) -> TokenStream {
+    match path {
+        Some(path) => quote::quote!(#path::__private),
+        None => quote::quote_spanned!(span=> ::gpu_scope::__private),
+    }
+}
+
+/// The value of `crate = ...`: a path to gpu-scope (`gs`, `my_lib::gpu_scope`), also written
+/// as a string (`"gs"`), as serde's and tokio's `crate` options are.
+pub(crate) fn crate_path(input: ParseStream) -> syn::Result<syn::Path> {
+    const WRITE: &str = "write the path gpu-scope is found at: `crate = gs` where the dependency \
+                         is renamed `gs`, or `crate = my_lib::gpu_scope` where a crate \
+                         re-exports it";
+    let path = if input.peek(LitStr) {
+        let lit: LitStr = input.parse()?;
+        lit.parse_with(syn::Path::parse_mod_style)
+            .map_err(|_| syn::Error::new(lit.span(), WRITE))?
+    } else {
+        let at = input.span();
+        syn::Path::parse_mod_style(input).map_err(|_| syn::Error::new(at, WRITE))?
+    };
+    Ok(path)
 }
 
 /// Fills `slot` with what `value` parses, unless the option was given already.

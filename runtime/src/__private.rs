@@ -187,12 +187,6 @@ impl<T, E> ErrorReturn for Result<T, E> {
     }
 }
 
-/// The reborrow an `Option<&mut T>` argument's body gets: the argument itself is searched after
-/// the body.
-pub fn reborrow<'b, T: ?Sized>(arg: &'b mut Option<&mut T>) -> Option<&'b mut T> {
-    arg.as_deref_mut()
-}
-
 /// An owned argument, wrapped for autoref specialisation: `(&&Owned(&arg)).__gpu_scope_share()`
 /// gives a weak handle on an `Arc` or `Rc` of a [`Tensors`] type or on a `Tensor`, a
 /// [`SharedUnseen`] for an `Arc` or `Rc` of another type, and [`Unshared`] for anything else.

@@ -1,24 +1,38 @@
-//! What a user's binary sees: the device backend gpu-scope loaded, then one scope through the
-//! attribute (the generated code names `::gpu_scope` from a crate that is not gpu-scope's).
-use gpu_scope::{gpu_scope, Error};
+//! What a user's binary sees: the device backend gpu-scope loaded, then scopes through the
+//! attribute and the block, from a crate that is not gpu-scope's and names it `gs` (a renamed
+//! dependency: the macros are told with `crate = gs`, as there is no `::gpu_scope` here).
+use gs::{gpu_scope, Error, Tensors};
 use tch::{Device, Kind, Tensor};
 
-#[gpu_scope(on_escape = error)]
-fn total(n: i64, device: Device) -> Result<f64, Error> {
+#[derive(Tensors)]
+#[tensors(crate = gs)]
+struct Sums {
+    total: Tensor,
+}
+
+#[gpu_scope(crate = gs, on_escape = error)]
+fn total(n: i64, device: Device) -> Result<Sums, Error> {
     let ones = Tensor::ones([n], (Kind::Float, device));
-    Ok(ones.sum(Kind::Float).double_value(&[]))
+    Ok(Sums {
+        total: ones.sum(Kind::Float),
+    })
 }
 
 fn main() -> Result<(), Error> {
-    println!("{}", gpu_scope::versions());
-    let info = gpu_scope::device_info();
+    println!("{}", gs::versions());
+    let info = gs::device_info();
     println!("{info:?}");
     let device = Device::cuda_if_available();
-    let sum = total(1024, device)?;
-    let report = gpu_scope::last_report().expect("the scope reported");
+    let sums = total(1024, device)?;
+    let report = gs::last_report().expect("the scope reported");
     println!("{report}");
-    assert_eq!(sum, 1024.0);
-    assert!(report.is_clean() && report.allocated > 0, "{report}");
+    assert_eq!(sums.total.double_value(&[]), 1024.0);
+    assert!(report.is_clean() && report.kept > 0, "{report}");
+    let leaked = gs::scope!(crate = gs, on_escape = error, {
+        Box::leak(Box::new(Tensor::ones([256], (Kind::Float, device))));
+    });
+    let escaped = gs::last_report().expect("the block reported").escaped.len();
+    assert!(matches!(leaked, Err(Error::Escaped(_))) && escaped == 1, "{leaked:?}");
     println!("downstream: OK on {device:?}");
     Ok(())
 }
