@@ -137,6 +137,13 @@ fn returns(
         )
     };
 
+    // The value returned, shown at the body's last expression (else its closing brace): a
+    // borrow it needs for longer than an argument's type allows (E0621) is shown there, as
+    // without the attribute, not at the attribute.
+    let returned = match func.block.stmts.last() {
+        Some(Stmt::Expr(tail, None)) => local::local(RET, tail.span()),
+        _ => local::local(RET, func.block.brace_token.span.close()),
+    };
     let Some(on_escape) = on_escape_error else {
         return quote_spanned! {span=>
             #(#shares)*
@@ -144,7 +151,7 @@ fn returns(
             #run
             #collect
             #exit.exit(#kept);
-            #ret
+            #returned
         };
     };
     // Evaluates to the error, or returns the value. The entry's `Result` is matched in a
@@ -158,7 +165,7 @@ fn returns(
         #run
         #collect
         match #exit.try_exit(#kept) {
-            ::core::result::Result::Ok(()) => return #ret,
+            ::core::result::Result::Ok(()) => return #returned,
             ::core::result::Result::Err(#err) => #err,
         }
     }};

@@ -273,7 +273,8 @@ impl Options {
 /// where it was written.
 pub(crate) fn private(path: Option<&syn::Path>, span: Span) -> TokenStream {
     match path {
-        Some(path) => quote::quote!(#path::__private),
+        // Shown at the path (a wrong one is an error there).
+        Some(path) => quote::quote_spanned!(syn::spanned::Spanned::span(path)=> #path::__private),
         None => quote::quote_spanned!(span=> ::gpu_scope::__private),
     }
 }
