@@ -1169,3 +1169,66 @@ fn pinned_receivers_as_written_and_functions_that_make_futures() {
     let _ = maker();
     assert!(last_report().unwrap().is_clean());
 }
+
+/// A model whose layers a `&mut` borrow iterates.
+#[derive(Default, gpu_scope::Tensors)]
+struct Layers {
+    ts: Vec<Tensor>,
+}
+
+impl<'a> IntoIterator for &'a mut Layers {
+    type Item = &'a mut Tensor;
+    type IntoIter = std::slice::IterMut<'a, Tensor>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.ts.iter_mut()
+    }
+}
+
+impl Layers {
+    /// Grows `self`, then moves it (`for t in self`): compiles as without the attribute, and
+    /// what it grew is searched after the body.
+    #[gpu_scope(on_escape = error)]
+    fn double_then_grow(&mut self, leak: bool) -> Result<usize, Error> {
+        self.ts.push(floats(3));
+        if leak {
+            SINK.lock().unwrap().push(floats(5));
+        }
+        let mut n = 0;
+        for t in self {
+            *t = &*t * 2;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// `mut self: &mut Self`: the body's reborrow is as mutable as the receiver.
+    #[allow(clippy::needless_arbitrary_self_type)]
+    #[gpu_scope(on_escape = error)]
+    async fn grow_later(mut self: &mut Self) -> Result<(), Error> {
+        tokio::task::yield_now().await;
+        let this = self;
+        this.ts.push(floats(2));
+        self = this;
+        let _ = &self;
+        Ok(())
+    }
+}
+
+#[test]
+fn a_mut_self_the_body_moves_is_searched_after_it() {
+    let _serial = common::serial();
+    let mut layers = Layers::default();
+    layers.ts.push(floats(1));
+    assert_eq!(layers.double_then_grow(false).unwrap(), 2);
+    let report = last_report().unwrap();
+    assert_eq!((report.kept, layers.ts.len()), (4 + 12, 2), "{report}");
+    let err = layers.double_then_grow(true).unwrap_err();
+    assert_eq!(err.report().unwrap().escaped_bytes, 20, "{err}");
+    SINK.lock().unwrap().clear();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    runtime.block_on(layers.grow_later()).unwrap();
+    assert_eq!(last_report().unwrap().kept, 8);
+    assert_eq!(layers.ts.len(), 4);
+}

@@ -34,9 +34,9 @@ pub(crate) struct Args {
     pub rebinds: Vec<TokenStream>,
     /// Owned arguments that may be `Arc` or `Rc` handles.
     pub owned: Vec<TokenStream>,
-    /// A `self: Pin<&mut Self>` receiver, with the `mut` the user wrote on it: the body gets a
-    /// reborrow of it (see `rename_self`), as mutable as the receiver was.
-    pub pinned_self: Option<(Token![self], Option<Token![mut]>)>,
+    /// A `self: Pin<&mut Self>` or `&mut self` receiver that the body gets a reborrow of (see
+    /// `rename_self`), so that the body may move it and it is still searched after.
+    pub renamed_self: Option<RenamedSelf>,
     /// An owned receiver: the body takes it (see `take_self`).
     pub owned_self: Option<Token![self]>,
     /// `&mut` arguments that cannot be searched after the body (the return value may borrow
@@ -46,6 +46,14 @@ pub(crate) struct Args {
     /// Owned arguments whose type borrows from the caller (`ctx: Ctx<'_>`), described for the
     /// hint of a report with escapes: what the body stored through them cannot be searched.
     pub lending: Vec<String>,
+}
+
+/// A receiver the body gets a reborrow of, under another name: `this` with the `mut` the user
+/// wrote on it (the reborrow is as mutable); `pinned`: a `Pin<&mut Self>`.
+pub(crate) struct RenamedSelf {
+    pub this: Token![self],
+    pub mutability: Option<Token![mut]>,
+    pub pinned: bool,
 }
 
 /// Which `&mut` arguments the return value may borrow from, by how their lifetime is written,
@@ -187,18 +195,39 @@ pub(crate) fn classify(sig: &mut Signature, body: &Block, options: &TokenStream)
                 };
                 let borrowed = receiver.from(lifetime);
                 let stored = receiver.stored(lifetime);
+                // `self` named in a format string (`"{self:?}"`) cannot be renamed: the body
+                // then uses the receiver itself.
+                let renamable = !rename_self::in_literal(&body);
                 match types::receiver(&r.ty) {
                     Receiver::Borrowed { mutable } if mutable && stored && !borrowed => {
                         args.unsearched.push(stored_elsewhere("self"))
                     }
                     Receiver::Borrowed { mutable } if !(mutable && borrowed) => {
-                        args.roots.push((quote!(#this), !mutable))
+                        args.roots.push((quote!(#this), !mutable));
+                        // A body that moves `self` (`for t in self`) moves a reborrow.
+                        if mutable && renamable && mentions(body.clone(), &this.into()) {
+                            // `mut self: &mut Self`: the `mut` goes to the reborrow (in
+                            // `&mut self`, it is the reference's).
+                            let mutability = match r.reference {
+                                None => r.mutability.take(),
+                                Some(_) => None,
+                            };
+                            args.renamed_self = Some(RenamedSelf {
+                                this,
+                                mutability,
+                                pinned: false,
+                            });
+                        }
                     }
-                    // `self` named in a format string (`"{self:?}"`) cannot be renamed: the
-                    // body uses the receiver itself, which cannot be searched after it.
-                    Receiver::PinnedMut if !may_borrow && !rename_self::in_literal(&body) => {
+                    // Unrenamed, the body moves the receiver, which then cannot be searched.
+                    Receiver::PinnedMut if !may_borrow && renamable => {
+                        // The reborrow is `Pin::as_mut(&mut self)`.
                         let mutability = r.mutability.replace(Default::default());
-                        args.pinned_self = Some((this, mutability));
+                        args.renamed_self = Some(RenamedSelf {
+                            this,
+                            mutability,
+                            pinned: true,
+                        });
                         args.roots.push((quote!(#this), false));
                     }
                     Receiver::PinnedMut if !may_borrow => args.unsearched.push(

@@ -74,7 +74,7 @@ fn rewrite(
         Some(ty) if types::is_never(ty) => never_returns(&func, opts, &private),
         _ => {
             let args = args::classify(&mut func.sig, &func.block, &tokens);
-            if args.pinned_self.is_some() {
+            if args.renamed_self.is_some() {
                 rename_self::rename_self(&mut func.block);
             }
             let error = options
@@ -238,7 +238,7 @@ fn kept_values(
 /// async block runs.
 fn body(func: &ItemFn, args: &Args, ret_ty: Option<&Type>) -> TokenStream {
     let span = Span::mixed_site();
-    let reborrow = args.pinned_self.map(rename_self::reborrow);
+    let reborrow = args.renamed_self.as_ref().map(rename_self::reborrow);
     let take_self = args.owned_self.map(args::take_self);
     let rebinds = &args.rebinds;
     // Pins the type of the closure or async block to the declared return type (`impl Trait`

@@ -1,9 +1,10 @@
-//! `self: Pin<&mut Self>` receivers. Most bodies move the receiver (`self.project()`,
-//! `self.get_mut()`), after which the scope could not search it; and a closure cannot take a
-//! parameter named `self`. So the body's `self` is renamed to a local that holds
-//! `Pin::as_mut(&mut self)` (mutable where the receiver is `mut self`), and the receiver
-//! itself stays for the search after the body. A `self` named in a format string cannot be
+//! `self: Pin<&mut Self>` and `&mut self` receivers. Many bodies move the receiver
+//! (`self.project()`, `self.get_mut()`, `for t in self`), after which the scope could not
+//! search it; and a closure cannot take a parameter named `self`. So the body's `self` is
+//! renamed to a local that holds `Pin::as_mut(&mut self)` or `&mut *self` (mutable where the
+//! receiver is `mut self`), and the receiver itself stays for the search after the body. A `self` named in a format string cannot be
 //! renamed: such a body uses the receiver as written, which is then not searched.
+use crate::args::RenamedSelf;
 use crate::local::{self, SELF};
 use proc_macro2::{Group, Span, TokenStream, TokenTree};
 use syn::visit_mut::VisitMut;
@@ -63,16 +64,21 @@ fn rename_tokens(tokens: TokenStream) -> TokenStream {
     out.into_iter().collect()
 }
 
-/// `let [mut] __gpu_scope_self = Pin::as_mut(&mut self);`, `mut` where the user wrote
-/// `mut self` (for `self.as_mut()` in the body).
-pub(crate) fn reborrow(
-    (this, mutability): (syn::Token![self], Option<syn::Token![mut]>),
-) -> TokenStream {
+/// `let [mut] __gpu_scope_self = Pin::as_mut(&mut self);` (or `&mut *self`), `mut` where the
+/// user wrote `mut self` (for `self.as_mut()` in the body).
+pub(crate) fn reborrow(renamed: &RenamedSelf) -> TokenStream {
+    let RenamedSelf {
+        this, mutability, ..
+    } = renamed;
     let span = Span::mixed_site();
     // Shown at the receiver: rustc's advice for the body's use of it (`mut self`, the move
     // of a receiver used twice) then points there, not at the attribute.
     let local = local::local(SELF, this.span);
-    quote::quote_spanned!(span=> let #mutability #local = ::core::pin::Pin::as_mut(&mut #this);)
+    let value = match renamed.pinned {
+        true => quote::quote_spanned!(span=> ::core::pin::Pin::as_mut(&mut #this)),
+        false => quote::quote_spanned!(span=> &mut *#this),
+    };
+    quote::quote_spanned!(span=> let #mutability #local = #value;)
 }
 
 /// Whether a string literal in `tokens` names `self` as a format argument (`"{self:?}"`),
