@@ -6,8 +6,8 @@ use crate::kept::Kept;
 use crate::local::{self, ERROR, EXIT, KEPT, NEVER, RET, SHARED};
 use crate::options::Policy;
 use crate::{rename_self, types, valid};
-use proc_macro2::{Ident, Span, TokenStream};
-use quote::{format_ident, quote_spanned, ToTokens};
+use proc_macro2::{Delimiter, Group, Ident, Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
 use syn::{Block, Expr, ItemFn, ReturnType, Stmt, Type};
 
@@ -26,10 +26,9 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
 /// fn f(&mut self, a: &mut Cache, x: Tensor, s: Arc<Shared>) -> R {
 ///     let shared = share(&s);                 // a weak handle if `s` is an `Arc` or `Rc`
 ///     let exit = ScopeGuard::enter(opts);
-///     let ret = run_body(|| {                 // `return` and `?` end the closure
+///     let ret = run_body(|| -> R {            // `return` and `?` end the closure
 ///         let mut x = x; let s = s;           // owned arguments die inside
 ///                                             // (an owned `self`: see `args::take_self`)
-///         if false { let never: R = loop {}; return never; }  // pins the closure's type
 ///         body
 ///     });
 ///     let mut kept = StorageSet::new();
@@ -42,7 +41,8 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
 /// }
 /// ```
 /// `on_escape = error` uses `try_enter`/`try_exit` and returns `Err(From::from(error))` from one
-/// place; `async fn` runs `async { ... }` inside a `ScopeFuture` instead of the closure; a
+/// place; `async fn` runs `async { ... }` inside a `ScopeFuture` instead of the closure, its
+/// type pinned by `if false { let never: R = loop {}; return never; }` first; a
 /// function returning `!` runs its body inline, as it never returns.
 fn rewrite(
     ScopedFn {
@@ -130,7 +130,16 @@ fn returns(
     } else {
         // Shown at the body's brace: a borrow error about what the closure captures (`self`
         // mutated through `&self`) points into the function, not at the attribute.
-        let closure = quote_spanned!(local::at(func.block.brace_token.span.open())=> || #body);
+        // Its return type written out, as the user's (`impl Trait` as `_`): a `return;` in
+        // the body is then told what it should return, where that type is.
+        let returns = ret_ty
+            .filter(|ty| !matches!(types::strip_parens(ty), Type::ImplTrait(_)))
+            .map(|ty| {
+                let ty = types::impl_trait_inferred(ty);
+                quote!(-> #ty)
+            });
+        let closure =
+            quote_spanned!(local::at(func.block.brace_token.span.open())=> || #returns #body);
         (
             quote_spanned!(span=> #private::ScopeGuard::#enter(#opts)),
             quote_spanned!(span=> let #ret = #private::run_body(#closure);),
@@ -241,10 +250,12 @@ fn body(func: &ItemFn, args: &Args, ret_ty: Option<&Type>) -> TokenStream {
     let reborrow = args.renamed_self.as_ref().map(rename_self::reborrow);
     let take_self = args.owned_self.map(args::take_self);
     let rebinds = &args.rebinds;
-    // Pins the type of the closure or async block to the declared return type (`impl Trait`
-    // as `_`), so that `?` and `return` inside it convert as in the function itself.
-    // Spanned as the return type, so that a mismatch in the body is explained by that type.
+    // Pins the type of the async block to the declared return type (`impl Trait` as `_`), so
+    // that `?` and `return` inside it convert as in the function itself (a closure has its
+    // return type written out instead). Spanned as the return type, so that a mismatch in the
+    // body is explained by that type.
     let fake_return = ret_ty
+        .filter(|_| func.sig.asyncness.is_some())
         .filter(|ty| !matches!(types::strip_parens(ty), Type::ImplTrait(_)))
         .map(|ty| {
             let at = ty.span();
@@ -261,7 +272,12 @@ fn body(func: &ItemFn, args: &Args, ret_ty: Option<&Type>) -> TokenStream {
     // The user's statements, not their block: a block of one expression as the value of
     // another would be linted (`unused_braces`) at the user's braces.
     let stmts = &func.block.stmts;
-    quote_spanned!(span=> { #reborrow #take_self #(#rebinds)* #fake_return #(#stmts)* })
+    let inside = quote_spanned!(span=> #reborrow #take_self #(#rebinds)* #fake_return #(#stmts)*);
+    // Braces shown as the user's: a body without a value where one is returned (`y;` as the
+    // last statement) is shown there, with rustc's advice, not at the attribute.
+    let mut block = Group::new(Delimiter::Brace, inside);
+    block.set_span(func.block.brace_token.span.join());
+    block.into_token_stream()
 }
 
 /// A function returning `!` never ends normally: its scope is entered, the body runs inline,
