@@ -350,7 +350,7 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
                     // borrow after it uses the reborrow, without a lint `allow` on a
                     // statement with the user's tokens (the user's `mut`, moved here, is
                     // still linted as on the argument).
-                    args.rebinds.push(quote_spanned! {Span::mixed_site()=>
+                    args.rebinds.push(quote_spanned! {local::at(name.span())=>
                         let #mutability #name = &mut *#name;
                         let _ = &#name;
                     });
