@@ -123,8 +123,10 @@ fn returns(
     let (enter, run) = if let Some(asyncness) = func.sig.asyncness {
         // Where a note says the function's future awaits: at its `async`, not the attribute.
         let wait = quote_spanned!(asyncness.span=> .await);
+        // Shown at the body's brace, as the sync closure is.
+        let block = quote_spanned!(local::at(func.block.brace_token.span.open())=> async #body);
         (
-            quote_spanned!(span=> #private::ScopeFuture::#enter(#opts, async #body)),
+            quote_spanned!(span=> #private::ScopeFuture::#enter(#opts, #block)),
             quote_spanned!(span=> let (#ret, #exit) = #exit #wait;),
         )
     } else {
