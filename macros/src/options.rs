@@ -285,15 +285,14 @@ pub(crate) fn crate_path(input: ParseStream) -> syn::Result<syn::Path> {
     const WRITE: &str = "write the path gpu-scope is found at: `crate = gs` where the dependency \
                          is renamed `gs`, or `crate = my_lib::gpu_scope` where a crate \
                          re-exports it";
-    let path = if input.peek(LitStr) {
+    if input.peek(LitStr) {
         let lit: LitStr = input.parse()?;
         lit.parse_with(syn::Path::parse_mod_style)
-            .map_err(|_| syn::Error::new(lit.span(), WRITE))?
+            .map_err(|_| syn::Error::new(lit.span(), WRITE))
     } else {
         let at = input.span();
-        syn::Path::parse_mod_style(input).map_err(|_| syn::Error::new(at, WRITE))?
-    };
-    Ok(path)
+        syn::Path::parse_mod_style(input).map_err(|_| syn::Error::new(at, WRITE))
+    }
 }
 
 /// Fills `slot` with what `value` parses, unless the option was given already.
