@@ -328,9 +328,21 @@ thread_local! {
 }
 
 /// Scoped code in a thread-local's destructor neither aborts nor panics: a scope cannot be
-/// opened there, and the error says why.
+/// opened there, and the error says why; the warning says where the scope is (in a child
+/// process, whose stderr is read).
 #[test]
 fn scopes_entered_while_the_thread_ends_are_refused_without_aborting() {
+    if !common::in_child() {
+        let name = "scopes_entered_while_the_thread_ends_are_refused_without_aborting";
+        let out = common::child(name, &[]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        let warned = "thread was ending (in a thread-local's destructor)";
+        let at =
+            "not opened. Do that work before the thread ends (the scope at tests/lifecycle.rs:";
+        assert!(stderr.contains(warned) && stderr.contains(at), "{stderr}");
+        return;
+    }
     let (send, said) = std::sync::mpsc::channel();
     let thread = std::thread::spawn(move || {
         let t = floats(4);

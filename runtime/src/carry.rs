@@ -12,8 +12,9 @@ use std::task::{Context, Poll};
 
 /// A handle on an open scope, to run work for it on another thread or task. Cheap to clone;
 /// `Send` and `Sync`. Once the scope has ended, work run through the handle is charged to the
-/// scope it ended inside (which took over its allocations) while that one is open, else to
-/// nothing (the scopes open where it runs still see that work).
+/// scope it ended inside (which took over its allocations), or, once that one has ended too,
+/// to the innermost scope still open among those around it; with none open, to nothing (the
+/// scopes open where it runs still see that work).
 #[derive(Clone, Debug)]
 pub struct ScopeHandle {
     /// The scope's frame and the frames it is open in (charged with its work too).

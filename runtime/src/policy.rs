@@ -103,7 +103,15 @@ fn warn(location: &'static Location<'static>, error: &Error) {
         (seen.count, new_kind || first_attributed)
     };
     if full {
-        eprintln!("{error}");
+        match error {
+            // Messages that name no scope: where it was opened.
+            Error::ThreadEnding | Error::TooDeep { .. } => eprintln!(
+                "{error} (the scope at {}:{})",
+                location.file(),
+                location.line()
+            ),
+            _ => eprintln!("{error}"),
+        }
     } else if count.is_power_of_two() {
         // A scope that could not be entered (or was ended by its enclosing scope) was not
         // checked: its line says so, and points at a message rather than a report.
