@@ -70,9 +70,10 @@ pub(crate) fn reborrow(renamed: &RenamedSelf) -> TokenStream {
     let RenamedSelf {
         this, mutability, ..
     } = renamed;
-    let span = Span::mixed_site();
     // Shown at the receiver: rustc's advice for the body's use of it (`mut self`, the move
-    // of a receiver used twice) then points there, not at the attribute.
+    // of a receiver used twice, a borrow stored in it for too long) then points there, not
+    // at the attribute.
+    let span = local::at(this.span);
     let local = local::local(SELF, this.span);
     let value = match renamed.pinned {
         true => quote::quote_spanned!(span=> ::core::pin::Pin::as_mut(&mut #this)),
