@@ -443,3 +443,40 @@ fn work_carried_where_the_scope_cannot_be_placed_leaves_it_not_tracked() {
     }
     CARRIED_LATE.lock().unwrap().clear();
 }
+
+/// Opens, fills and checks a scope from its destructor (with no test helper, which may have
+/// opened a scope already).
+struct ScopedCleanup(std::sync::mpsc::Sender<u64>);
+
+impl Drop for ScopedCleanup {
+    fn drop(&mut self) {
+        let opts = ScopeOptions::new("cleanup").on_escape(EscapePolicy::Error);
+        let ones = || Tensor::ones([2], (tch::Kind::Float, tch::Device::Cpu)) + 1;
+        let (t, report) = scope(opts, ones).unwrap();
+        assert!(report.is_clean() && t.numel() == 2, "{report}");
+        let _ = self.0.send(report.kept);
+    }
+}
+
+/// A program's first scope opened while a panic unwinds (in a destructor) opens and is checked
+/// (a fresh child process, where no scope ran before: the first scope installs gpu-scope's
+/// panic hook, which std refuses from a panicking thread, an abort in a destructor).
+#[test]
+fn a_first_scope_opened_while_a_panic_unwinds_works() {
+    if !common::in_child() {
+        let out = common::child("a_first_scope_opened_while_a_panic_unwinds_works", &[]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        return;
+    }
+    let (send, kept) = std::sync::mpsc::channel();
+    let unwound = std::panic::catch_unwind(move || {
+        let _cleanup = ScopedCleanup(send);
+        panic!("the work failed");
+    });
+    assert!(unwound.is_err());
+    assert_eq!(kept.recv().unwrap(), 8);
+    // The scopes after it run as usual.
+    let (_, report) = scope(strict("after"), || floats(1) + 1).unwrap();
+    assert!(report.is_clean(), "{report}");
+}

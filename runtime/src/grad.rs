@@ -93,6 +93,11 @@ const SIGNS: [&str; 2] = ["does not require grad", "does not have a grad_fn"];
 /// says a tensor does not require grad while a scope on the thread has turned autograd off.
 fn install_hint() {
     static ONCE: Once = Once::new();
+    // The panic hook cannot be changed from a panicking thread (std panics, and in a
+    // destructor that aborts): a scope opened while a panic unwinds leaves it to a later one.
+    if std::thread::panicking() {
+        return;
+    }
     ONCE.call_once(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
