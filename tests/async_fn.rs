@@ -605,3 +605,34 @@ fn a_spawned_tasks_output_goes_to_the_scopes_it_was_made_in() {
     assert_eq!(report.escaped_bytes, block(64), "{report}");
     drop(stash);
 }
+
+/// A value whose search panics.
+struct Boom(#[allow(dead_code)] Tensor);
+
+impl gpu_scope::Tensors for Boom {
+    fn visit(&self, _: &mut gpu_scope::StorageSet) {
+        panic!("boom");
+    }
+}
+
+#[gpu_scope(name = "boom", on_escape = warn)]
+async fn returns_boom() -> Boom {
+    Boom(floats(3))
+}
+
+/// A panic in the search of an async scope's output ends the scope unchecked, as it ends a
+/// sync scope: the future ran to its end, so it is not taken for a cancelled one (checked,
+/// with its output called escaped).
+#[test]
+fn a_panic_searching_an_async_scopes_output_ends_it_unchecked() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        runtime.block_on(async { drop(returns_boom().await) })
+    }));
+    assert!(panicked.is_err());
+    let report = gpu_scope::last_report().unwrap();
+    assert_eq!(report.name, "boom", "{report}");
+    assert!(!report.checked && report.escaped.is_empty(), "{report}");
+}

@@ -97,10 +97,23 @@ impl<F: Future> Future for ScopeFuture<F> {
     }
 }
 
-/// The end of a future's scope: check it with what the future handed back.
+/// The end of a future's scope: check it with what the future handed back. Dropped by a
+/// panic instead (one between the future's end and the check, such as in a
+/// `Tensors::visit`), the scope ends unchecked where the panic is, as a [`Scope`](crate::Scope)
+/// does: it is not taken for a cancelled future (checked where no scope takes it in). Dropped
+/// otherwise, it ends as a cancelled future does.
 #[derive(Debug)]
 pub struct Finish {
     scope: Option<OpenScope>,
+}
+
+impl Drop for Finish {
+    fn drop(&mut self) {
+        if let (Some(mut scope), true) = (self.scope.take(), std::thread::panicking()) {
+            // On this thread's stack, it ends into the scopes open here (or into none).
+            let _ = scope.resume();
+        }
+    }
 }
 
 impl Finish {
