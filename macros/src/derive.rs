@@ -11,36 +11,49 @@ false`), on a field or an enum variant that holds no tensors";
 /// Whether `attrs` mark their field or variant `#[tensors(skip)]`; any other `tensors`
 /// attribute is an error at its token.
 fn skipped(attrs: &[Attribute]) -> syn::Result<bool> {
-    let mut skip = None;
+    let skip = tensors_option(attrs, "skip", ONLY_SKIP, |meta| {
+        if !meta.input.peek(Token![=]) {
+            return Ok(true);
+        }
+        let value: LitBool = meta.value()?.parse().map_err(|e| {
+            syn::Error::new(
+                e.span(),
+                "write `#[tensors(skip)]` or `skip = true | false`",
+            )
+        })?;
+        Ok(value.value)
+    })?;
+    Ok(skip.unwrap_or(false))
+}
+
+/// The value of `key`, the one option the `tensors` attributes in `attrs` may give there
+/// (`value` reads it); another option, `key` given twice, or an empty `#[tensors()]` (nothing
+/// to honour, and nothing to say it was ignored) is an error that says `only`.
+fn tensors_option<T>(
+    attrs: &[Attribute],
+    key: &str,
+    only: &str,
+    mut value: impl FnMut(&syn::meta::ParseNestedMeta) -> syn::Result<T>,
+) -> syn::Result<Option<T>> {
+    let mut given = None;
     for attr in attrs.iter().filter(|a| a.path().is_ident("tensors")) {
         let mut said = false;
         attr.parse_nested_meta(|meta| {
             said = true;
-            if !meta.path.is_ident("skip") {
-                return Err(meta.error(ONLY_SKIP));
+            if !meta.path.is_ident(key) {
+                return Err(meta.error(only));
             }
-            if skip.is_some() {
-                return Err(meta.error("`skip` is given twice; keep one"));
+            if given.is_some() {
+                return Err(meta.error(format!("`{key}` is given twice; keep one")));
             }
-            skip = Some(if meta.input.peek(Token![=]) {
-                let value: LitBool = meta.value()?.parse().map_err(|e| {
-                    syn::Error::new(
-                        e.span(),
-                        "write `#[tensors(skip)]` or `skip = true | false`",
-                    )
-                })?;
-                value.value
-            } else {
-                true
-            });
+            given = Some(value(&meta)?);
             Ok(())
         })?;
         if !said {
-            // `#[tensors()]`: nothing to honour, and nothing to say it was ignored.
-            return Err(syn::Error::new_spanned(attr, ONLY_SKIP));
+            return Err(syn::Error::new_spanned(attr, only));
         }
     }
-    Ok(skip.unwrap_or(false))
+    Ok(given)
 }
 
 /// Whether a field is not visited: marked `#[tensors(skip)]`, or the standard `PhantomData`
@@ -94,25 +107,9 @@ fn on_the_type(attrs: &[Attribute]) -> syn::Result<Option<syn::Path>> {
         ));
     }
     // `#[tensors(crate = path)]`: where gpu-scope is found (renamed or re-exported).
-    let mut krate = None;
-    for attr in attrs.iter().filter(|a| a.path().is_ident("tensors")) {
-        let mut said = false;
-        attr.parse_nested_meta(|meta| {
-            said = true;
-            if !meta.path.is_ident("crate") {
-                return Err(meta.error(ON_THE_TYPE));
-            }
-            if krate.is_some() {
-                return Err(meta.error("`crate` is given twice; keep one"));
-            }
-            krate = Some(crate_path(meta.value()?)?);
-            Ok(())
-        })?;
-        if !said {
-            return Err(syn::Error::new_spanned(attr, ON_THE_TYPE));
-        }
-    }
-    Ok(krate)
+    tensors_option(attrs, "crate", ON_THE_TYPE, |meta| {
+        crate_path(meta.value()?)
+    })
 }
 
 const ON_THE_TYPE: &str = "`#[tensors(skip)]` goes on a field or an enum variant, not on the \

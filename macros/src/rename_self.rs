@@ -2,8 +2,9 @@
 //! (`self.project()`, `self.get_mut()`, `for t in self`), after which the scope could not
 //! search it; and a closure cannot take a parameter named `self`. So the body's `self` is
 //! renamed to a local that holds `Pin::as_mut(&mut self)` or `&mut *self` (mutable where the
-//! receiver is `mut self`), and the receiver itself stays for the search after the body. A `self` named in a format string cannot be
-//! renamed: such a body uses the receiver as written, which is then not searched.
+//! receiver is `mut self`), and the receiver itself stays for the search after the body. A
+//! `self` named in a format string cannot be renamed: such a body uses the receiver as
+//! written (a `Pin<&mut Self>` one is then not searched).
 use crate::args::RenamedSelf;
 use crate::local::{self, SELF};
 use proc_macro2::{Group, Span, TokenStream, TokenTree};
