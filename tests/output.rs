@@ -292,6 +292,30 @@ fn bad_values_are_reported_at_the_first_scope() {
     assert!(!stderr.contains("is not one of"), "{stderr}");
 }
 
+/// A first scope refused on entry (a device that does not exist) reads the variables too: a bad value
+/// is reported there, before anything after it runs.
+#[test]
+fn a_first_scope_refused_on_entry_reads_the_variables() {
+    if in_child() {
+        let opts = ScopeOptions::new("refused").device(Device::Cuda(64));
+        assert!(Scope::enter(opts).is_err());
+        eprintln!("after the first scope");
+        return;
+    }
+    let names = ["GPU_SCOPE_OPERATORS", "GPU_SCOPE_BACKTRACE"];
+    let out = child(
+        "a_first_scope_refused_on_entry_reads_the_variables",
+        &names.map(|name| (name, "bogus")),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let after = stderr.find("after the first scope").expect("the child ran");
+    for name in names {
+        let said = stderr.find(&format!("{name}=\"bogus\" is not one of"));
+        assert!(said.is_some_and(|at| at < after), "{name}: {stderr}");
+    }
+}
+
 /// Keeping a tensor that has an autograd graph used to read `.grad` of non-leaf tensors,
 /// which makes libtorch warn on stderr at every exit.
 #[test]

@@ -24,7 +24,8 @@ use crate::{ffi, grad, policy, sites, Error};
 use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
-/// When the first scope was entered, which reads the environment's configuration.
+/// When the first scope was entered (or refused on entry), which reads the environment's
+/// configuration.
 static EPOCH: LazyLock<Instant> = LazyLock::new(|| {
     crate::config::read_all();
     Instant::now()
@@ -65,6 +66,8 @@ pub(crate) struct OpenScope {
 impl OpenScope {
     /// Opens a scope on this thread, inside the innermost scope open here.
     pub(crate) fn enter(opts: ScopeOptions) -> Result<OpenScope, Error> {
+        // First: a scope refused on entry reads the environment's configuration too.
+        LazyLock::force(&EPOCH);
         if let Some(bytes) = opts.negative_budget {
             let scope = opts.name.clone();
             let bytes = bytes.get();
@@ -76,7 +79,6 @@ impl OpenScope {
         if !thread::alive() {
             return Err(Error::ThreadEnding);
         }
-        LazyLock::force(&EPOCH);
         ffi::attach_tracker();
         let mut scope = OpenScope {
             frame: Frame::open_at(Some(opts.location)),
