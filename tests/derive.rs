@@ -253,6 +253,20 @@ struct Cache<K: std::hash::Hash + Eq + Ord, S = std::hash::RandomState> {
     by_module: std::collections::btree_map::BTreeMap<K, Tensor>,
 }
 
+/// What else the std impls do not search needs nothing: a `Result`'s error type, a
+/// `HashSet`'s hasher, a `Cell`'s `Copy` value, a `PhantomData` inside another type.
+#[derive(Tensors)]
+struct Unsearched<E, S, C: Copy, U> {
+    outcome: Result<Tensor, E>,
+    handles: std::collections::HashSet<u64, S>,
+    counter: std::cell::Cell<C>,
+    units: Vec<std::marker::PhantomData<U>>,
+}
+
+/// `Copy`, without `Tensors`.
+#[derive(Clone, Copy)]
+struct Stride(#[allow(dead_code)] u8);
+
 #[test]
 fn associated_types_and_map_keys_are_bounded_as_the_fields_need() {
     let (layer, report) = scope(strict("associated"), || Layer::<Tch> {
@@ -270,10 +284,22 @@ fn associated_types_and_map_keys_are_bounded_as_the_fields_need() {
     .unwrap();
     assert!(report.is_clean(), "{report}");
     assert_eq!(count(&cache), 4);
+    // None of `Meters` (no `Tensors`) is searched: the `Ok` tensor is, the `Err` is not.
+    type Loose = Unsearched<Meters, std::hash::RandomState, Stride, Meters>;
+    let (loose, report) = scope(strict("unsearched"), || Loose {
+        outcome: Ok(floats(4)),
+        handles: Default::default(),
+        counter: std::cell::Cell::new(Stride(1)),
+        units: vec![std::marker::PhantomData],
+    })
+    .unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(count(&loose), 1);
 }
 
 /// The std types a model's struct holds beside its tensors (sets, cells, atomics, ranges,
-/// non-zero numbers, layer configurations) derive without `#[tensors(skip)]`.
+/// numbers, a condition variable, C strings, layer configurations) derive without
+/// `#[tensors(skip)]`.
 #[derive(Tensors)]
 struct Bookkeeping {
     seen: std::collections::HashSet<u64>,
@@ -286,6 +312,16 @@ struct Bookkeeping {
     linear: nn::LinearConfig,
     conv: nn::ConvConfig,
     rnn: nn::RNNConfig,
+    padding: nn::PaddingMode,
+    gain: nn::init::NonLinearity,
+    from: std::ops::RangeFrom<usize>,
+    to: std::ops::RangeTo<usize>,
+    to_inclusive: std::ops::RangeToInclusive<usize>,
+    all: std::ops::RangeFull,
+    wrapping: std::num::Wrapping<u32>,
+    saturating: std::num::Saturating<u32>,
+    ready: std::sync::Condvar,
+    tag: std::ffi::CString,
     weights: Vec<Tensor>,
 }
 
@@ -302,6 +338,16 @@ fn std_bookkeeping_types_hold_nothing() {
         linear: Default::default(),
         conv: Default::default(),
         rnn: Default::default(),
+        padding: nn::PaddingMode::Zeros,
+        gain: nn::init::NonLinearity::ReLU,
+        from: 1..,
+        to: ..2,
+        to_inclusive: ..=2,
+        all: ..,
+        wrapping: std::num::Wrapping(1),
+        saturating: std::num::Saturating(1),
+        ready: std::sync::Condvar::new(),
+        tag: c"layer".to_owned(),
         weights: vec![floats(2)],
     })
     .unwrap();

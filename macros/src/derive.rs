@@ -56,32 +56,6 @@ fn tensors_option<T>(
     Ok(given)
 }
 
-/// Whether a field is not visited: marked `#[tensors(skip)]`, or the standard `PhantomData`
-/// (`PhantomData`, `marker::PhantomData`, `std::marker::PhantomData`,
-/// `core::marker::PhantomData`), which holds nothing and asks nothing of the type parameter it
-/// names.
-fn skipped_field(field: &syn::Field) -> syn::Result<bool> {
-    let phantom = match &field.ty {
-        syn::Type::Path(p) if p.qself.is_none() => {
-            let names: Vec<String> = p
-                .path
-                .segments
-                .iter()
-                .map(|s| s.ident.to_string())
-                .collect();
-            let names: Vec<&str> = names.iter().map(String::as_str).collect();
-            matches!(
-                names[..],
-                ["PhantomData"]
-                    | ["marker", "PhantomData"]
-                    | ["std" | "core", "marker", "PhantomData"]
-            )
-        }
-        _ => false,
-    };
-    Ok(skipped(&field.attrs)? || phantom)
-}
-
 /// The `crate = path` of a `tensors` attribute on the type itself; any other is an error: what
 /// to skip is said per field.
 fn on_the_type(attrs: &[Attribute]) -> syn::Result<Option<syn::Path>> {
@@ -127,7 +101,7 @@ fn visit_fields(
     let mut binds = Vec::new();
     let mut visits = Vec::new();
     for (i, field) in fields.iter().enumerate() {
-        if skipped_field(field)? {
+        if skipped(&field.attrs)? {
             continue;
         }
         let member = match &field.ident {
@@ -151,8 +125,7 @@ fn visit_fields(
 /// What the types of the visited fields need to be `Tensors`: the type parameters they name
 /// (all of them when such a type is a macro call, whose tokens cannot be read as a type), and
 /// the associated types they name (`T::Item`, `<T as Trait>::Item`: the bound goes there, not
-/// on `T`). A map's key
-/// type is not searched, so it needs nothing.
+/// on `T`). A map's key type is not searched, so it needs nothing (`searched_arguments`).
 #[derive(Default)]
 struct Needs {
     params: Vec<syn::Ident>,
@@ -168,31 +141,49 @@ impl Needs {
     }
 }
 
-/// The generic arguments of the standard `HashMap` or `BTreeMap` (by any of their usual paths,
-/// as for `PhantomData`), whose `Tensors` asks nothing of the key type or the hasher.
-fn std_map_arguments(
-    path: &syn::Path,
-) -> Option<&syn::punctuated::Punctuated<syn::GenericArgument, Token![,]>> {
+/// Which generic arguments of a standard type its `Tensors` impl searches, where that is not
+/// all of them: a `HashMap`'s or `BTreeMap`'s value (not the key or the hasher), a `HashSet`'s
+/// element (not the hasher), a `Result`'s `Ok` value (not the error), none of a `Cell`'s (a
+/// `Copy` value) or a `PhantomData`'s. Matched by the usual paths to the type, so a renamed
+/// or aliased one asks for every argument.
+fn searched_arguments(path: &syn::Path) -> Option<(&GenericArguments, &'static [usize])> {
     let names: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    let map = matches!(
-        names[..],
+    let searched: &[usize] = match names[..] {
         ["HashMap" | "BTreeMap"]
-            | ["hash_map", "HashMap"]
-            | ["btree_map", "BTreeMap"]
-            | ["collections", "HashMap" | "BTreeMap"]
-            | ["collections", "hash_map", "HashMap"]
-            | ["collections", "btree_map", "BTreeMap"]
-            | ["std", "collections", "HashMap" | "BTreeMap"]
-            | ["std", "collections", "hash_map", "HashMap"]
-            | ["std" | "alloc", "collections", "btree_map", "BTreeMap"]
-            | ["alloc", "collections", "BTreeMap"]
-    );
+        | ["hash_map", "HashMap"]
+        | ["btree_map", "BTreeMap"]
+        | ["collections", "HashMap" | "BTreeMap"]
+        | ["collections", "hash_map", "HashMap"]
+        | ["collections", "btree_map", "BTreeMap"]
+        | ["std", "collections", "HashMap" | "BTreeMap"]
+        | ["std", "collections", "hash_map", "HashMap"]
+        | ["std" | "alloc", "collections", "btree_map", "BTreeMap"]
+        | ["alloc", "collections", "BTreeMap"] => &[1],
+        ["HashSet"]
+        | ["hash_set", "HashSet"]
+        | ["collections", "HashSet"]
+        | ["collections", "hash_set", "HashSet"]
+        | ["std", "collections", "HashSet"]
+        | ["std", "collections", "hash_set", "HashSet"]
+        | ["Result"]
+        | ["result", "Result"]
+        | ["std" | "core", "result", "Result"] => &[0],
+        ["Cell"]
+        | ["cell", "Cell"]
+        | ["std" | "core", "cell", "Cell"]
+        | ["PhantomData"]
+        | ["marker", "PhantomData"]
+        | ["std" | "core", "marker", "PhantomData"] => &[],
+        _ => return None,
+    };
     match &path.segments.last()?.arguments {
-        syn::PathArguments::AngleBracketed(args) if map => Some(&args.args),
+        syn::PathArguments::AngleBracketed(args) => Some((&args.args, searched)),
         _ => None,
     }
 }
+
+type GenericArguments = syn::punctuated::Punctuated<syn::GenericArgument, Token![,]>;
 
 fn visited_params(input: &DeriveInput) -> syn::Result<Needs> {
     struct Names<'a>(&'a [syn::Ident], Needs);
@@ -201,13 +192,13 @@ fn visited_params(input: &DeriveInput) -> syn::Result<Needs> {
             self.1.params = self.0.to_vec();
         }
         fn visit_path(&mut self, path: &syn::Path) {
-            if let Some(args) = std_map_arguments(path) {
-                // Only the values are searched: the key type (and a hasher) needs nothing.
+            if let Some((args, searched)) = searched_arguments(path) {
+                // Only what is searched needs `Tensors` (a map's values, not its keys).
                 return args
                     .iter()
-                    .skip(1)
-                    .take(1)
-                    .for_each(|a| self.visit_generic_argument(a));
+                    .enumerate()
+                    .filter(|(i, _)| searched.contains(i))
+                    .for_each(|(_, a)| self.visit_generic_argument(a));
             }
             let first = path.segments.first().map(|s| &s.ident);
             if let Some(first) = first.filter(|f| self.0.contains(f)) {
@@ -257,7 +248,7 @@ fn visited_params(input: &DeriveInput) -> syn::Result<Needs> {
     };
     let mut names = Names(&params, Needs::default());
     for field in fields.into_iter().flatten() {
-        if !skipped_field(field)? {
+        if !skipped(&field.attrs)? {
             syn::visit::Visit::visit_type(&mut names, &field.ty);
         }
     }
@@ -297,7 +288,8 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
             )),
         };
     // Only what a visited field's type names is bounded: a type parameter that only skipped
-    // fields use (`#[tensors(skip)] meta: T`), or only a map's keys, may be anything.
+    // fields use (`#[tensors(skip)] meta: T`), or only a map's keys, a `Result`'s error or a
+    // `PhantomData`, may be anything.
     let needs = visited_params(&input)?;
     let mut generics = input.generics.clone();
     for param in generics.type_params_mut() {

@@ -5,6 +5,8 @@ use crate::ledger::Key;
 use std::borrow::Cow;
 use std::cell::{Ref, RefCell, RefMut};
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet, LinkedList, VecDeque};
+use std::num::{Saturating, Wrapping};
+use std::ops::{RangeFrom, RangeTo, RangeToInclusive};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
@@ -565,6 +567,8 @@ leaf!(
     std::path::PathBuf,
     std::ffi::OsStr,
     std::ffi::OsString,
+    std::ffi::CStr,
+    std::ffi::CString,
     Duration,
     Instant,
     std::time::SystemTime,
@@ -593,7 +597,14 @@ leaf!(
     tch::nn::LayerNormConfig,
     tch::nn::GroupNormConfig,
     tch::nn::RNNConfig,
-    // Counters and numbers.
+    tch::nn::PaddingMode,
+    tch::nn::init::FanInOut,
+    tch::nn::init::NormalOrUniform,
+    tch::nn::init::NonLinearity,
+    // Counters, numbers and what threads wait on.
+    std::sync::Condvar,
+    std::sync::Barrier,
+    std::ops::RangeFull,
     std::sync::atomic::AtomicBool,
     std::sync::atomic::AtomicU8,
     std::sync::atomic::AtomicU16,
@@ -645,6 +656,24 @@ impl<T: Tensors> Tensors for std::ops::RangeInclusive<T> {
         self.end().visit(set);
     }
 }
+
+/// The bounds of the other ranges (`a..`, `..b`, `..=b`) and a wrapping or saturating number.
+macro_rules! through_field {
+    ($($t:ident . $field:tt),* $(,)?) => {$(
+        impl<T: Tensors> Tensors for $t<T> {
+            fn visit(&self, set: &mut StorageSet) {
+                self.$field.visit(set);
+            }
+        }
+    )*};
+}
+through_field!(
+    RangeFrom.start,
+    RangeTo.end,
+    RangeToInclusive.end,
+    Wrapping.0,
+    Saturating.0
+);
 
 macro_rules! fields {
     ($($t:ty => [$($f:ident),*]),* $(,)?) => {
