@@ -3,7 +3,7 @@
 //! escaped; a real leak next to them is still found; and autograd off names `keep_grad`.
 mod common;
 
-use common::{block, child, device, escaped, in_child, serial, strict};
+use common::{block, child, device, escaped, floats, in_child, serial, strict};
 use gpu_scope::{scope, HeldBy, Scope, ScopeOptions};
 use std::sync::Mutex;
 use tch::nn::{self, Module, OptimizerConfig};
@@ -519,6 +519,46 @@ fn a_graph_made_on_a_carried_thread_holds_what_it_saved() {
     assert!(r.is_clean(), "{r}");
     assert!(r.held_by(HeldBy::AutogradGraph) >= block(4 * 8 * 4), "{r}");
     drop(out);
+}
+
+/// A step whose backward only added into gradients made before the scope (gradient
+/// accumulation, the optimizer not kept) holds no gradient: its optimizer's first state is
+/// called escaped (README, Limits), and the report still says a backward ran and to keep the
+/// optimizer, which makes it clean.
+#[test]
+fn state_after_accumulated_gradients_is_escaped_and_the_report_says_keep_the_optimizer() {
+    let _serial = serial();
+    let vs = nn::VarStore::new(device());
+    let model = nn::linear(vs.root(), 16, 4, Default::default());
+    let (x, y) = (floats(2 * 16).view([2, 16]), floats(2 * 4).view([2, 4]));
+    let loss = |m: &nn::Linear| m.forward(&x).mse_loss(&y, Reduction::Mean);
+    let mut opt = nn::Adam::default().build(&vs, 1e-3).unwrap();
+    tch::with_grad(|| loss(&model).backward());
+    let r = escaped(scope(strict("accumulated").keep_grad_mode(true), || {
+        loss(&model).backward();
+        opt.step();
+    }));
+    assert_eq!(r.held_by(HeldBy::Gradient), 0, "{r}");
+    assert!(r.backward, "{r}");
+    assert!(
+        r.to_string().contains("keep the optimizer: `keep = [opt]`"),
+        "{r}"
+    );
+    let mut opt = nn::Adam::default().build(&vs, 1e-3).unwrap();
+    let r = gpu_scope::scope!(keep_grad, on_escape = error, keep = [opt], {
+        loss(&model).backward();
+        opt.step();
+    });
+    assert!(r.is_ok(), "{r:?}");
+    // No backward: no such hint beside an escape.
+    let r = escaped(scope(strict("no backward"), || {
+        LEAKED.lock().unwrap().push(floats(4))
+    }));
+    assert!(
+        !r.backward && !r.to_string().contains("a backward pass ran"),
+        "{r}"
+    );
+    LEAKED.lock().unwrap().clear();
 }
 
 /// Parameters joined by `Tensor::cat` get gradients that are views of one buffer: an

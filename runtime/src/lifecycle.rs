@@ -440,6 +440,7 @@ impl OpenScope {
             checked,
             ended_inside: Vec::new(),
             attributed: self.attributed,
+            backward: closed.backward,
             started: self.started.saturating_duration_since(*EPOCH),
             elapsed: self.started.elapsed(),
         }

@@ -233,6 +233,9 @@ pub struct ScopeReport {
     /// Whether allocations were attributed to operators and shapes (see
     /// [`Attribution`](crate::Attribution)).
     pub attributed: bool,
+    /// Whether autograd's backward pass ran inside (it allocated there): a training step. A
+    /// report with escapes then says how an optimizer's state is kept.
+    pub backward: bool,
     /// Time since the process's first scope when this one started (in JSON: microseconds).
     #[serde(serialize_with = "micros")]
     pub started: Duration,
@@ -368,6 +371,7 @@ fn overwrite(last: &mut ScopeReport, report: &ScopeReport) {
         checked,
         ended_inside,
         attributed,
+        backward,
         started,
         elapsed,
     } = report;
@@ -396,8 +400,8 @@ fn overwrite(last: &mut ScopeReport, report: &ScopeReport) {
         last.escaped_requested,
     ) = (*peak, *kept, *escaped_bytes, *escaped_requested);
     (last.cache_released, last.released, last.max_peak) = (*cache_released, *released, *max_peak);
-    (last.checked, last.attributed, last.started, last.elapsed) =
-        (*checked, *attributed, *started, *elapsed);
+    (last.checked, last.attributed, last.backward) = (*checked, *attributed, *backward);
+    (last.started, last.elapsed) = (*started, *elapsed);
 }
 
 #[inline]
@@ -525,13 +529,16 @@ impl fmt::Display for ScopeReport {
         }
         if !self.escaped.is_empty() {
             self.escape_table(f)?;
-            if self.held_by(HeldBy::Gradient) > 0 {
+            if self.backward {
                 writeln!(
                     f,
                     "  hint: a backward pass ran here: if what escaped is an optimizer's state \
-                     (made at its first step for parameters whose gradients are views of one \
-                     buffer, as after `Tensor::cat` or `stack` of parameters, or a cuDNN RNN), \
-                     keep the optimizer: `keep = [opt]`, or take it as an argument"
+                     (made at its first step after a backward that added into gradients made \
+                     before the scope, as in gradient accumulation, or for parameters whose \
+                     gradients are views of one buffer, as after `Tensor::cat` or `stack` of \
+                     parameters, or a cuDNN RNN), keep the optimizer: `keep = [opt]`, or take \
+                     it as an argument (a `tch::COptimizer` cannot be looked into: call its \
+                     `zero_grad` in the step, before the backward pass)"
                 )?;
             }
             if !self.lending_args.is_empty() {
@@ -683,6 +690,7 @@ mod tests {
             checked: escapes > 0,
             ended_inside: vec![],
             attributed: escapes == 0,
+            backward: false,
             started: Duration::from_micros(escapes as u64),
             elapsed: Duration::from_micros(9),
         }

@@ -54,6 +54,8 @@ pub(crate) struct Closed {
     pub kept: Stats,
     pub held: Vec<HeldLine>,
     pub escaped: Vec<(Key, Entry)>,
+    /// Autograd's backward pass allocated in the frame (or in one closed into it).
+    pub backward: bool,
 }
 
 /// The live entries of a frame, when the check must look at them before closing it: some
@@ -134,6 +136,7 @@ pub(crate) fn close_keeping_in(
             enclosing.note(flags);
         }
     }
+    closed.backward = saw_backward;
     if saw_backward {
         // The enclosing scope's check looks for gradients too (handed on or freed), whether
         // this frame's blocks are alive or not.
