@@ -557,6 +557,62 @@ fn a_poll_where_the_scope_cannot_be_placed_leaves_it_not_tracked() {
     drop((kept, LATE.lock().unwrap().pop()));
 }
 
+#[gpu_scope(name = "finishes-late", on_escape = error)]
+async fn finishes_on_its_second_poll() -> Result<Tensor, gpu_scope::Error> {
+    tokio::task::yield_now().await;
+    Ok(floats(3))
+}
+
+type Finishing =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Tensor, gpu_scope::Error>> + Send>>;
+
+/// Polls its future from its destructor, after gpu-scope's state for the thread is gone, and
+/// sends what that poll gave.
+struct FinishesLate(
+    Option<Finishing>,
+    std::sync::mpsc::Sender<std::task::Poll<Result<Tensor, gpu_scope::Error>>>,
+);
+
+impl Drop for FinishesLate {
+    fn drop(&mut self) {
+        if let Some(mut future) = self.0.take() {
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            let _ = self.1.send(future.as_mut().poll(&mut cx));
+        }
+    }
+}
+
+thread_local! {
+    static FINISHES_LATE: std::cell::RefCell<Option<FinishesLate>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// An async scope whose last poll runs where it cannot be placed (a thread-local's destructor)
+/// still ends: the body's output is returned, not an error, and the scope it was first polled
+/// in says "not tracked".
+#[test]
+fn an_async_scope_finishing_where_it_cannot_be_placed_returns_its_output() {
+    let outer = gpu_scope::Scope::enter(strict("outer")).unwrap();
+    let mut future: Finishing = Box::pin(finishes_on_its_second_poll());
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    assert!(future.as_mut().poll(&mut cx).is_pending());
+    let (send, polled) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        FINISHES_LATE.with(|_| ());
+        // gpu-scope's state for the thread after it: destroyed first.
+        drop(gpu_scope::scope(strict("on the thread"), || ()).unwrap());
+        FINISHES_LATE.with(|f| *f.borrow_mut() = Some(FinishesLate(Some(future), send)));
+    })
+    .join()
+    .unwrap();
+    let polled = polled.recv().expect("polled in the destructor");
+    let std::task::Poll::Ready(Ok(out)) = polled else {
+        panic!("the output, not an error: {polled:?}");
+    };
+    let report = outer.exit(&out).unwrap();
+    assert_eq!(report.status(), "not tracked", "{report}");
+}
+
 #[gpu_scope::gpu_scope(name = "background")]
 async fn background(steps: usize, keep_too: bool) -> Tensor {
     let mut acc = floats(16);
