@@ -11,8 +11,10 @@ use std::sync::OnceLock;
 ///
 /// On an accelerator these are the caching allocator's own counters (blocks), zeros before
 /// the device's first allocation. The CPU has no caching allocator and libtorch counts nothing
-/// there, so for [`tch::Device::Cpu`] gpu-scope reports what it can see: the CPU blocks
-/// allocated inside scopes that are still alive (`allocated == reserved`, exact), and their
+/// there, so for [`tch::Device::Cpu`] gpu-scope reports what it can see: the CPU blocks that
+/// were allocated inside scopes and are still alive, after those scopes ended too (handed
+/// back, escaped or given to [`keep_forever`](crate::keep_forever()): until freed;
+/// `allocated == reserved`, exact), and their
 /// peak, counted in sixteen counters, one per allocating thread by its number modulo 16 (so
 /// that threads seldom share one): exact when one thread has held such blocks since the last
 /// [`reset_peak`] (a counter starts at what it held then), otherwise the sum of each counter's
