@@ -1,5 +1,7 @@
 //! The demo's logic on the CPU with a few rounds: memory back to baseline, the planted escape
 //! found with the right byte count, and a trace whose counters match the reports.
+#[path = "../examples/demo/cli.rs"]
+mod cli;
 #[allow(dead_code)]
 #[path = "../examples/demo/models.rs"]
 mod models;
@@ -92,4 +94,21 @@ fn demo(cfg: &run::Config, leaks: usize) -> (run::Outcome, String) {
         "the header names the versions: {text}"
     );
     (outcome, text)
+}
+
+/// The command line's numbers are whole and at least 1, and running out of memory is told in
+/// libtorch's one line, without the C++ frames tch's error carries.
+#[test]
+fn the_command_line_says_what_is_wrong() {
+    assert_eq!(cli::count("--rounds", "3"), Ok(3));
+    for bad in ["0", "-3", "abc", " 2", "99999999999999999999999"] {
+        let error = cli::count("--batch", bad).unwrap_err();
+        assert!(error.contains("whole number of at least 1"), "{error}");
+    }
+    let panic = r#"called `Result::unwrap()` on an `Err` value: Torch("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to allocate 50176000000 bytes. Error code 12 (Cannot allocate memory)\nframe #0: c10::ThrowEnforceNotMet")"#;
+    assert_eq!(
+        cli::out_of_memory(panic),
+        Some("can't allocate memory: you tried to allocate 50176000000 bytes. Error code 12 (Cannot allocate memory)")
+    );
+    assert_eq!(cli::out_of_memory("index out of range"), None);
 }

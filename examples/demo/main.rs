@@ -1,5 +1,6 @@
 //! The gpu-scope demo: a model-switching inference run that proves memory returns to baseline,
 //! then the same run with a planted leak that gpu-scope catches and names.
+mod cli;
 mod models;
 mod run;
 
@@ -15,7 +16,10 @@ OPTIONS:
   --rounds N        model-switching rounds (default: 20)
   --batch N         batch size (default: 32)
   --trace FILE      write a Chrome trace-event JSON (open it in https://ui.perfetto.dev)
-  -h, --help        this text";
+  -h, --help        this text
+
+Exit status: 0 when memory came back to baseline and the planted leak was caught, 1 when
+not, 2 for bad input or an error (such as a batch too large for the device's memory).";
 
 fn parse() -> Result<run::Config, String> {
     let mut cfg = run::Config {
@@ -46,22 +50,11 @@ fn parse() -> Result<run::Config, String> {
                     },
                 }
             }
-            "--rounds" => {
-                cfg.rounds = value("--rounds")?
-                    .parse()
-                    .map_err(|e| format!("--rounds: {e}"))?
-            }
-            "--batch" => {
-                cfg.batch = value("--batch")?
-                    .parse()
-                    .map_err(|e| format!("--batch: {e}"))?
-            }
+            "--rounds" => cfg.rounds = cli::count("--rounds", &value("--rounds")?)?,
+            "--batch" => cfg.batch = cli::count("--batch", &value("--batch")?)? as i64,
             "--trace" => cfg.trace = Some(PathBuf::from(value("--trace")?)),
             other => return Err(format!("unknown argument `{other}`; see --help")),
         }
-    }
-    if cfg.rounds == 0 || cfg.batch <= 0 {
-        return Err("--rounds and --batch must be at least 1".to_owned());
     }
     // A missing device is one clear line here, not a libtorch dispatcher dump later.
     gpu_scope::memory_stats(cfg.device).map_err(|e| e.to_string())?;
@@ -76,12 +69,26 @@ fn parse() -> Result<run::Config, String> {
             Some(d) if !d.exists() => Some(format!("the folder {} does not exist", d.display())),
             _ => None,
         };
+        // Other reasons (no permission, an empty name) show when the file is made.
+        let problem = problem.or_else(|| {
+            let made = std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(trace);
+            made.err().map(|e| format!("cannot write it ({e})"))
+        });
         if let Some(problem) = problem {
-            return Err(format!("--trace {}: {problem}", trace.display()));
+            return Err(format!("--trace `{}`: {problem}", trace.display()));
         }
     }
     cfg.progress &= cfg.rounds > 5;
     Ok(cfg)
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    let text = payload.downcast_ref::<String>().map(String::as_str);
+    text.or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or("")
 }
 
 fn main() {
@@ -89,14 +96,33 @@ fn main() {
         eprintln!("error: {}", e.trim_start_matches("gpu-scope: "));
         std::process::exit(2);
     });
-    let result = run::run(&cfg, &mut std::io::stdout());
+    // Running out of memory (a batch too large) is one line below, not libtorch's dump.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if cli::out_of_memory(panic_message(info.payload())).is_none() {
+            default_hook(info);
+        }
+    }));
+    let out = &mut std::io::stdout();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run::run(&cfg, out)));
     let _ = std::fs::remove_dir_all(&cfg.weights);
     match result {
-        Ok(outcome) if outcome.ok => {}
-        Ok(_) => std::process::exit(1),
-        Err(e) => {
+        Ok(Ok(outcome)) if outcome.ok => {}
+        Ok(Ok(_)) => std::process::exit(1),
+        Ok(Err(e)) => {
             eprintln!("error: {e}");
             std::process::exit(2);
         }
+        Err(panic) if cli::out_of_memory(panic_message(&*panic)).is_some() => {
+            let said = cli::out_of_memory(panic_message(&*panic)).unwrap_or_default();
+            eprintln!(
+                "error: --batch {} does not fit in the memory of {}; try a smaller --batch \
+                 (libtorch: {said})",
+                cfg.batch,
+                gpu_scope::DeviceId::from(cfg.device)
+            );
+            std::process::exit(2);
+        }
+        Err(panic) => std::panic::resume_unwind(panic),
     }
 }

@@ -1,0 +1,20 @@
+//! The command line's checks that need no libtorch; `tests/demo.rs` runs them too.
+
+/// A whole number of at least 1 for `flag`.
+pub fn count(flag: &str, value: &str) -> Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(n) if n >= 1 && i64::try_from(n).is_ok() => Ok(n),
+        _ => Err(format!(
+            "{flag} needs a whole number of at least 1, not `{value}`"
+        )),
+    }
+}
+
+/// What libtorch says when an allocation fails (on the CPU or on CUDA), without its C++ frames.
+pub fn out_of_memory(message: &str) -> Option<&str> {
+    let at = ["can't allocate memory", "out of memory"]
+        .iter()
+        .find_map(|sign| message.find(sign))?;
+    // The frames follow the first line (its `\n` escaped, as tch's error prints it).
+    message[at..].split(['\n', '\\', '"']).next()
+}
