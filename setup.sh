@@ -24,6 +24,11 @@ esac
 if [ "$tch" = "$default" ]; then link=.libtorch; else link=.torch/libtorch-$tch; fi
 
 if [ "$tch" = "$default" ] && { [ -n "${LIBTORCH:-}" ] || [ -n "${LIBTORCH_USE_PYTORCH:-}" ]; }; then
+  if [ -n "${LIBTORCH:-}" ] && [ ! -f "$LIBTORCH/lib/libtorch_cpu.so" ]; then
+    echo "setup: LIBTORCH=$LIBTORCH has no lib/libtorch_cpu.so: point it at a libtorch $version" \
+      "folder (the one holding lib/ and include/), or unset it to install one from PyPI" >&2
+    exit 1
+  fi
   echo "setup: using your own libtorch (LIBTORCH or LIBTORCH_USE_PYTORCH is set)"
   exit 0
 fi
@@ -53,9 +58,14 @@ if [ -z "$torch_dir" ]; then
     exit 1
   fi
   venv=.torch/venv-$version
-  if [ "$tch" = "$default" ] && ! compgen -G ".venv/lib/python3*/site-packages/torch" >/dev/null; then
+  site=lib/python3*/site-packages
+  # .venv unless it holds another torch (one of this version cut short is repaired there).
+  if [ "$tch" = "$default" ] && { ! compgen -G ".venv/$site/torch" >/dev/null \
+    || compgen -G ".venv/$site/torch-$version.dist-info" >/dev/null; }; then
     venv=.venv
   fi
+  repair=
+  if compgen -G "$venv/$site/torch" >/dev/null; then repair=--force-reinstall; fi
   free_kb=$(df -Pk . | awk 'NR == 2 { print $4 }')
   if [ -n "$free_kb" ] && [ "$free_kb" -lt 6000000 ]; then
     echo "setup: torch==$version needs about 6 GB of free disk to install; $PWD has" \
@@ -64,7 +74,15 @@ if [ -z "$torch_dir" ]; then
   fi
   echo "setup: installing torch==$version from PyPI into $venv (about 5 GB, a few minutes)"
   [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "torch==$version" "$crt"
+  # shellcheck disable=SC2086 # $repair: one flag or none
+  if ! "$venv/bin/python" -m pip install --quiet --disable-pip-version-check $repair \
+    "torch==$version" "$crt"; then
+    echo "setup: pip could not install torch==$version. It needs PyPI (the network, or pip's" \
+      "index and proxy settings) and about 5 GB free where pip downloads too (\$TMPDIR, and" \
+      "~/.cache/pip); fix that and run setup.sh again, or point LIBTORCH at a libtorch" \
+      "$version folder." >&2
+    exit 1
+  fi
   torch_dir=$("$venv/bin/python" -c 'import os, torch; print(os.path.relpath(os.path.dirname(torch.__file__)))')
 fi
 # A relative link, so that the checkout can move.
