@@ -254,13 +254,28 @@ struct Cache<K: std::hash::Hash + Eq + Ord, S = std::hash::RandomState> {
 }
 
 /// What else the std impls do not search needs nothing: a `Result`'s error type, a
-/// `HashSet`'s hasher, a `Cell`'s `Copy` value, a `PhantomData` inside another type.
+/// `HashSet`'s hasher, a `std::cell::Cell`'s `Copy` value, a `PhantomData` inside another type.
+/// A bare `Cell` is taken for a type of one's own (an RNN's cell), whose parameters are bounded.
 #[derive(Tensors)]
 struct Unsearched<E, S, C: Copy, U> {
     outcome: Result<Tensor, E>,
     handles: std::collections::HashSet<u64, S>,
     counter: std::cell::Cell<C>,
     units: Vec<std::marker::PhantomData<U>>,
+}
+
+mod rnn {
+    /// A type of one's own named `Cell`, holding tensors.
+    #[derive(gpu_scope::Tensors)]
+    pub struct Cell<T> {
+        pub w: T,
+    }
+}
+use rnn::Cell;
+
+#[derive(Tensors)]
+struct Rnn<T> {
+    cell: Cell<T>,
 }
 
 /// `Copy`, without `Tensors`.
@@ -295,6 +310,12 @@ fn associated_types_and_map_keys_are_bounded_as_the_fields_need() {
     .unwrap();
     assert!(report.is_clean(), "{report}");
     assert_eq!(count(&loose), 1);
+    let (rnn, report) = scope(strict("own cell"), || Rnn {
+        cell: Cell { w: floats(4) },
+    })
+    .unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(count(&rnn), 1);
 }
 
 /// The std types a model's struct holds beside its tensors (sets, cells, atomics, ranges,

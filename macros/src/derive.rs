@@ -144,8 +144,9 @@ impl Needs {
 /// Which generic arguments of a standard type its `Tensors` impl searches, where that is not
 /// all of them: a `HashMap`'s or `BTreeMap`'s value (not the key or the hasher), a `HashSet`'s
 /// element (not the hasher), a `Result`'s `Ok` value (not the error), none of a `Cell`'s (a
-/// `Copy` value) or a `PhantomData`'s. Matched by the usual paths to the type, so a renamed
-/// or aliased one asks for every argument.
+/// `Copy` value, written with its path: a bare `Cell` is often a type of one's own, an RNN's)
+/// or a `PhantomData`'s. Matched by the usual paths to the type, so a renamed or aliased one
+/// asks for every argument, and a type of one's own named so asks for fewer.
 fn searched_arguments(path: &syn::Path) -> Option<(&GenericArguments, &'static [usize])> {
     let names: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -169,8 +170,7 @@ fn searched_arguments(path: &syn::Path) -> Option<(&GenericArguments, &'static [
         | ["Result"]
         | ["result", "Result"]
         | ["std" | "core", "result", "Result"] => &[0],
-        ["Cell"]
-        | ["cell", "Cell"]
+        ["cell", "Cell"]
         | ["std" | "core", "cell", "Cell"]
         | ["PhantomData"]
         | ["marker", "PhantomData"]
