@@ -236,7 +236,8 @@ pub struct ScopeReport {
     /// Whether autograd's backward pass ran inside (it allocated there): a training step. A
     /// report with escapes then says how an optimizer's state is kept.
     pub backward: bool,
-    /// Time since the process's first scope when this one started (in JSON: microseconds).
+    /// Time since the process's first scope (entered, or refused on entry) when this one
+    /// started (in JSON: microseconds).
     #[serde(serialize_with = "micros")]
     pub started: Duration,
     /// Time from entry to the end of the check (in JSON: microseconds).
@@ -537,8 +538,9 @@ impl fmt::Display for ScopeReport {
                      before the scope, as in gradient accumulation, or for parameters whose \
                      gradients are views of one buffer, as after `Tensor::cat` or `stack` of \
                      parameters, or a cuDNN RNN), keep the optimizer: `keep = [opt]`, or take \
-                     it as an argument (a `tch::COptimizer` cannot be looked into: call its \
-                     `zero_grad` in the step, before the backward pass)"
+                     it as an argument (a `tch::COptimizer` cannot be looked into: scope the \
+                     whole step, from `zero_grad` to `step`, or take its first step before the \
+                     scopes)"
                 )?;
             }
             if !self.lending_args.is_empty() {

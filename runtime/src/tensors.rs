@@ -601,10 +601,10 @@ leaf!(
     tch::nn::init::FanInOut,
     tch::nn::init::NormalOrUniform,
     tch::nn::init::NonLinearity,
+    std::ops::RangeFull,
     // Counters, numbers and what threads wait on.
     std::sync::Condvar,
     std::sync::Barrier,
-    std::ops::RangeFull,
     std::sync::atomic::AtomicBool,
     std::sync::atomic::AtomicU8,
     std::sync::atomic::AtomicU16,
