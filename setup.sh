@@ -24,9 +24,11 @@ esac
 if [ "$tch" = "$default" ]; then link=.libtorch; else link=.torch/libtorch-$tch; fi
 
 if [ "$tch" = "$default" ] && { [ -n "${LIBTORCH:-}" ] || [ -n "${LIBTORCH_USE_PYTORCH:-}" ]; }; then
-  if [ -n "${LIBTORCH:-}" ] && [ ! -f "$LIBTORCH/lib/libtorch_cpu.so" ]; then
-    echo "setup: LIBTORCH=$LIBTORCH has no lib/libtorch_cpu.so: point it at a libtorch $version" \
-      "folder (the one holding lib/ and include/), or unset it to install one from PyPI" >&2
+  # As torch-sys reads them: LIBTORCH_USE_PYTORCH first, and LIBTORCH_LIB in LIBTORCH's place.
+  lib=${LIBTORCH_LIB:-${LIBTORCH:-}}/lib
+  if [ -z "${LIBTORCH_USE_PYTORCH:-}" ] && [ ! -f "$lib/libtorch_cpu.so" ]; then
+    echo "setup: $lib has no libtorch_cpu.so: point LIBTORCH at a libtorch $version folder" \
+      "(the one holding lib/ and include/), or unset it to install one from PyPI" >&2
     exit 1
   fi
   echo "setup: using your own libtorch (LIBTORCH or LIBTORCH_USE_PYTORCH is set)"
@@ -59,13 +61,19 @@ if [ -z "$torch_dir" ]; then
   fi
   venv=.torch/venv-$version
   site=lib/python3*/site-packages
-  # .venv unless it holds another torch (one of this version cut short is repaired there).
-  if [ "$tch" = "$default" ] && { ! compgen -G ".venv/$site/torch" >/dev/null \
+  # .venv unless it holds another version of torch: one that is this version, or whose install
+  # was cut short before pip wrote its version (dist-info), is installed again there.
+  if [ "$tch" = "$default" ] && { ! compgen -G ".venv/$site/torch-[0-9]*.dist-info" >/dev/null \
     || compgen -G ".venv/$site/torch-$version.dist-info" >/dev/null; }; then
     venv=.venv
   fi
   repair=
-  if compgen -G "$venv/$site/torch" >/dev/null; then repair=--force-reinstall; fi
+  for dir in "$venv"/$site/torch; do
+    # Cut short (no library, or no version file): pip would take it for installed.
+    if [ -d "$dir" ] && { [ ! -f "$dir/lib/libtorch_cpu.so" ] || [ ! -f "$dir/version.py" ]; }; then
+      repair=--force-reinstall
+    fi
+  done
   free_kb=$(df -Pk . | awk 'NR == 2 { print $4 }')
   if [ -n "$free_kb" ] && [ "$free_kb" -lt 6000000 ]; then
     echo "setup: torch==$version needs about 6 GB of free disk to install; $PWD has" \

@@ -2,8 +2,9 @@
 
 /// A whole number of at least 1 for `flag`.
 pub fn count(flag: &str, value: &str) -> Result<usize, String> {
-    match value.parse::<usize>() {
-        Ok(n) if n >= 1 && i64::try_from(n).is_ok() => Ok(n),
+    match value.parse::<u64>() {
+        Ok(n) if n >= 1 && i64::try_from(n).is_ok() => Ok(n as usize),
+        Ok(n) if n >= 1 => Err(format!("{flag} {value} is too large")),
         _ => Err(format!(
             "{flag} needs a whole number of at least 1, not `{value}`"
         )),

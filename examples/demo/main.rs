@@ -69,12 +69,17 @@ fn parse() -> Result<run::Config, String> {
             Some(d) if !d.exists() => Some(format!("the folder {} does not exist", d.display())),
             _ => None,
         };
-        // Other reasons (no permission, an empty name) show when the file is made.
+        // Other reasons (no permission, an empty name) show when the file is made; one made
+        // here only to try is removed again (a failed run leaves no empty trace).
         let problem = problem.or_else(|| {
+            let existed = trace.exists();
             let made = std::fs::OpenOptions::new()
                 .append(true)
                 .create(true)
                 .open(trace);
+            if made.is_ok() && !existed {
+                let _ = std::fs::remove_file(trace);
+            }
             made.err().map(|e| format!("cannot write it ({e})"))
         });
         if let Some(problem) = problem {
@@ -96,11 +101,16 @@ fn main() {
         eprintln!("error: {}", e.trim_start_matches("gpu-scope: "));
         std::process::exit(2);
     });
-    // Running out of memory (a batch too large) is one line below, not libtorch's dump.
+    // Running out of memory (a batch too large) is one line, not libtorch's dump.
+    let (batch, device) = (cfg.batch, gpu_scope::DeviceId::from(cfg.device));
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        if cli::out_of_memory(panic_message(info.payload())).is_none() {
-            default_hook(info);
+        match cli::out_of_memory(panic_message(info.payload())) {
+            Some(said) => eprintln!(
+                "error: --batch {batch} does not fit in the memory of {device}; try a smaller \
+                 --batch (libtorch: {said})"
+            ),
+            None => default_hook(info),
         }
     }));
     let out = &mut std::io::stdout();
@@ -113,16 +123,7 @@ fn main() {
             eprintln!("error: {e}");
             std::process::exit(2);
         }
-        Err(panic) if cli::out_of_memory(panic_message(&*panic)).is_some() => {
-            let said = cli::out_of_memory(panic_message(&*panic)).unwrap_or_default();
-            eprintln!(
-                "error: --batch {} does not fit in the memory of {}; try a smaller --batch \
-                 (libtorch: {said})",
-                cfg.batch,
-                gpu_scope::DeviceId::from(cfg.device)
-            );
-            std::process::exit(2);
-        }
-        Err(panic) => std::panic::resume_unwind(panic),
+        // The hook said what it was.
+        Err(_) => std::process::exit(2),
     }
 }
