@@ -267,6 +267,33 @@ fn a_step_whose_backward_ran_in_other_scopes_holds_its_state_on_purpose() {
     LEAKED.lock().unwrap().clear();
 }
 
+/// A scope around such a step (a timing wrapper) that does not keep the optimizer itself: the
+/// step's state, held on purpose by the step that kept it, is held in the wrapper too, and a
+/// leak beside it is still found there.
+#[test]
+fn a_scope_around_a_step_that_keeps_its_optimizer_holds_its_state_too() {
+    let _serial = serial();
+    let mut s = setup(nn::Adam::default());
+    accumulate(&s);
+    for leak in [false, true] {
+        let wrapper = Scope::enter(strict("wrapper").keep_grad_mode(true)).unwrap();
+        let step = Scope::enter(strict("step").keep_grad_mode(true)).unwrap();
+        s.opt.step();
+        let r = step.exit(&s.opt).unwrap();
+        assert!(r.is_clean(), "{r}");
+        if leak {
+            leak_floats();
+            let r = escaped(wrapper.exit(&()));
+            assert_eq!(r.escaped_bytes, block(128), "{r}");
+            LEAKED.lock().unwrap().clear();
+        } else {
+            let r = wrapper.exit(&()).unwrap();
+            assert!(r.is_clean(), "{r}");
+            assert_eq!(r.held_by(HeldBy::OptimizerState), 2 * params(), "{r}");
+        }
+    }
+}
+
 /// Gradient accumulation where the step keeps the optimizer with `keep` (the free function or
 /// `Scope::keep`) rather than handing it back: its state is held on purpose all the same, and
 /// a leak beside it is still found.

@@ -52,9 +52,9 @@ impl<'a> Check<'a> {
                 }
             }
         }
+        frame.know_optimizers(kept);
         let (keys, gradients) = ledger::entries_to_inspect(frame);
         check.gradients = gradients;
-        check.gradients.extend(kept.optimized.iter().copied());
         for key in keys {
             let Some((bytes, asked, made)) =
                 ledger::with_entry(key, |e| (e.bytes, e.asked(), e.made))

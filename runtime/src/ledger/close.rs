@@ -137,12 +137,13 @@ pub(crate) fn close_keeping_in(
         }
     }
     closed.backward = saw_backward;
-    if saw_backward {
+    if saw_backward || gradients.is_some() {
         // The enclosing scope's check looks for gradients too (handed on or freed), whether
-        // this frame's blocks are alive or not.
+        // this frame's blocks are alive or not, and knows optimizer state by the sizes this
+        // frame knew it by.
         if let Some(chain) = enclosing.and_then(open_chain) {
             let mut state = chain[0].lock();
-            state.saw_backward = true;
+            state.saw_backward |= saw_backward;
             state.gradients.extend(gradients.into_iter().flatten());
         }
     }

@@ -138,7 +138,7 @@ pub(crate) struct FrameState {
     /// parameter's `.grad`) and were freed since, by `zero_grad`, and those of the frames that
     /// closed into it: an optimizer's state, made beside them, has their sizes. Also the sizes
     /// of the variables of an optimizer given to `keep` (a step whose backward ran in other
-    /// scopes). (The live gradients are looked at by the check.)
+    /// scopes, or handed back). (The live gradients are looked at by the check.)
     pub gradients: FxHashSet<(DeviceId, u64)>,
     /// Blocks charged to it that `keep_forever` took out of tracking while it was open: bytes
     /// and count per device (a total: an open scope calling it in a loop grows nothing).
@@ -319,16 +319,21 @@ impl Frame {
         self.flags.load(Ordering::Relaxed) & flag != 0
     }
 
+    /// The optimizers in `kept`: the state their steps make here has their variables' sizes
+    /// (a step whose backward ran in other scopes: gradient accumulation), which the frames
+    /// this one closes into know too (what it held as such state stays held there).
+    pub(crate) fn know_optimizers(&self, kept: &StorageSet) {
+        if !kept.optimized.is_empty() {
+            self.lock().gradients.extend(kept.optimized.iter().copied());
+        }
+    }
+
     /// Lets the storages in `kept` that this frame owns, or that `inside` own (frames
     /// opened inside it, still open on this thread), outlive it (`keep`), and so the scopes
     /// in between. The mark is on the allocation, so it dies with it; one of a frame in
     /// `outside` (those this one is open in) stands, as it covers this frame too.
     pub(crate) fn mark(&self, kept: &StorageSet, inside: &[Arc<Frame>], outside: &[Arc<Frame>]) {
-        if !kept.optimized.is_empty() {
-            // A kept optimizer: the state its step makes here has its variables' sizes, as
-            // when the scope hands it back (gradient accumulation).
-            self.lock().gradients.extend(kept.optimized.iter().copied());
-        }
+        self.know_optimizers(kept);
         let owned = |f: &Arc<Frame>| f.id == self.id || inside.iter().any(|i| Arc::ptr_eq(i, f));
         for &key in kept.keys.iter() {
             if let Some(entry) = shard(key).get_mut(&key) {
