@@ -267,6 +267,23 @@ fn a_step_whose_backward_ran_in_other_scopes_holds_its_state_on_purpose() {
     LEAKED.lock().unwrap().clear();
 }
 
+/// Ends a scope in which an optimizer took its first step after gradient accumulation: with
+/// `leak`, a leak beside the state is escaped, alone; without, the scope is clean and holds the
+/// state on purpose.
+#[track_caller]
+fn exit_holding_state(scope: Scope, leak: bool) {
+    if leak {
+        leak_floats();
+        let r = escaped(scope.exit(&()));
+        assert_eq!(r.escaped_bytes, block(128), "{r}");
+        LEAKED.lock().unwrap().clear();
+    } else {
+        let r = scope.exit(&()).unwrap();
+        assert!(r.is_clean(), "{r}");
+        assert_eq!(r.held_by(HeldBy::OptimizerState), 2 * params(), "{r}");
+    }
+}
+
 /// A scope around such a step (a timing wrapper) that does not keep the optimizer itself: the
 /// step's state, held on purpose by the step that kept it, is held in the wrapper too, and a
 /// leak beside it is still found there.
@@ -281,16 +298,7 @@ fn a_scope_around_a_step_that_keeps_its_optimizer_holds_its_state_too() {
         s.opt.step();
         let r = step.exit(&s.opt).unwrap();
         assert!(r.is_clean(), "{r}");
-        if leak {
-            leak_floats();
-            let r = escaped(wrapper.exit(&()));
-            assert_eq!(r.escaped_bytes, block(128), "{r}");
-            LEAKED.lock().unwrap().clear();
-        } else {
-            let r = wrapper.exit(&()).unwrap();
-            assert!(r.is_clean(), "{r}");
-            assert_eq!(r.held_by(HeldBy::OptimizerState), 2 * params(), "{r}");
-        }
+        exit_holding_state(wrapper, leak);
     }
 }
 
@@ -310,16 +318,7 @@ fn a_step_that_keeps_its_optimizer_with_keep_holds_its_state_on_purpose() {
                 false => gpu_scope::keep(&s.opt),
             }
             s.opt.step();
-            if leak {
-                leak_floats();
-                let r = escaped(step.exit(&()));
-                assert_eq!(r.escaped_bytes, block(128), "{r}");
-                LEAKED.lock().unwrap().clear();
-            } else {
-                let r = step.exit(&()).unwrap();
-                assert!(r.is_clean(), "{r}");
-                assert_eq!(r.held_by(HeldBy::OptimizerState), 2 * params(), "{r}");
-            }
+            exit_holding_state(step, leak);
         }
     }
 }
