@@ -101,6 +101,11 @@ fn demo(cfg: &run::Config, leaks: usize) -> (run::Outcome, String) {
 #[test]
 fn the_command_line_says_what_is_wrong() {
     assert_eq!(cli::count("--rounds", "3"), Ok(3));
+    let args = ["--rounds=2", "--batch", "4", "--trace=a=b.json", "-h"].map(String::from);
+    assert_eq!(
+        cli::split_values(args),
+        ["--rounds", "2", "--batch", "4", "--trace", "a=b.json", "-h"]
+    );
     let error = cli::count("--batch", "18446744073709551615").unwrap_err();
     assert!(error.contains("too large"), "{error}");
     for bad in ["0", "-3", "abc", " 2", "99999999999999999999999"] {

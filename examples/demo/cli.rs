@@ -1,5 +1,20 @@
 //! The command line's checks that need no libtorch; `tests/demo.rs` runs them too.
 
+/// The arguments with each `--flag=value` split into `--flag` and `value`, so that both
+/// spellings work.
+pub fn split_values(args: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut split = Vec::new();
+    for arg in args {
+        match arg.split_once('=') {
+            Some((flag, value)) if flag.starts_with("--") => {
+                split.extend([flag.to_string(), value.to_string()]);
+            }
+            _ => split.push(arg),
+        }
+    }
+    split
+}
+
 /// A whole number of at least 1 for `flag`.
 pub fn count(flag: &str, value: &str) -> Result<usize, String> {
     match value.parse::<u64>() {

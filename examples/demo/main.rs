@@ -18,6 +18,8 @@ OPTIONS:
   --trace FILE      write a Chrome trace-event JSON (open it in https://ui.perfetto.dev)
   -h, --help        this text
 
+--FLAG=VALUE works too.
+
 Exit status: 0 when memory came back to baseline and the planted leak was caught, 1 when
 not, 2 for bad input or an error (such as a batch too large for the device's memory).";
 
@@ -30,7 +32,7 @@ fn parse() -> Result<run::Config, String> {
         weights: std::env::temp_dir().join(format!("gpu-scope-demo-{}", std::process::id())),
         progress: std::io::stdout().is_terminal(),
     };
-    let mut args = std::env::args().skip(1);
+    let mut args = cli::split_values(std::env::args().skip(1)).into_iter();
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
         match arg.as_str() {
