@@ -495,24 +495,48 @@ fn a_suspended_async_scope_in_a_thread_local_ends_with_its_thread() {
     assert!(stdout.contains("frames=0 untracked=true"), "{stdout}");
 }
 
-type Parked = std::pin::Pin<Box<dyn std::future::Future<Output = Tensor> + Send>>;
+type Pinned<O> = std::pin::Pin<Box<dyn std::future::Future<Output = O> + Send>>;
 
-/// Polls its future again from its destructor, after gpu-scope's state for the thread is gone
-/// (the thread-local is first used before the thread's first scope), then sends it on.
-struct PollsLate(Option<Parked>, std::sync::mpsc::Sender<(Parked, bool)>);
+/// Polls its future once more from its destructor, after gpu-scope's state for the thread is
+/// gone (the thread-local is first used before the thread's first scope: see [`poll_late`]),
+/// then sends the future and what that poll gave.
+struct PolledLate<O>(
+    Option<Pinned<O>>,
+    std::sync::mpsc::Sender<(Pinned<O>, std::task::Poll<O>)>,
+);
 
-impl Drop for PollsLate {
+impl<O> Drop for PolledLate<O> {
     fn drop(&mut self) {
         if let Some(mut future) = self.0.take() {
             let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-            let pending = future.as_mut().poll(&mut cx).is_pending();
-            let _ = self.1.send((future, pending));
+            let polled = future.as_mut().poll(&mut cx);
+            let _ = self.1.send((future, polled));
         }
     }
 }
 
 thread_local! {
-    static POLLS_LATE: std::cell::RefCell<Option<PollsLate>> = const { std::cell::RefCell::new(None) };
+    static POLLED_LATE: std::cell::RefCell<Option<Box<dyn std::any::Any>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// On a new thread: `first` on `future` (which may open scopes, and so makes gpu-scope's state
+/// for the thread after [`POLLED_LATE`]: destroyed first), then `future` is polled in that
+/// thread-local's destructor. Returns the future and what that poll gave.
+fn poll_late<O: Send + 'static>(
+    mut future: Pinned<O>,
+    first: impl FnOnce(&mut Pinned<O>) + Send + 'static,
+) -> (Pinned<O>, std::task::Poll<O>) {
+    let (send, polled) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        POLLED_LATE.with(|_| ());
+        first(&mut future);
+        let late: Box<dyn std::any::Any> = Box::new(PolledLate(Some(future), send));
+        POLLED_LATE.with(|p| *p.borrow_mut() = Some(late));
+    })
+    .join()
+    .unwrap();
+    polled.recv().expect("polled in the destructor")
 }
 
 static LATE: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
@@ -529,19 +553,13 @@ async fn leaks_on_its_second_poll() -> Tensor {
 /// unscoped: what it leaked was not seen, and the report says "not tracked", never clean.
 #[test]
 fn a_poll_where_the_scope_cannot_be_placed_leaves_it_not_tracked() {
-    let (send, parked) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        POLLS_LATE.with(|_| ());
-        let mut future: Parked = Box::pin(leaks_on_its_second_poll());
+    let future: Pinned<Tensor> = Box::pin(leaks_on_its_second_poll());
+    let (mut future, polled) = poll_late(future, |future| {
         // The first poll opens the scope, on the thread.
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         assert!(future.as_mut().poll(&mut cx).is_pending());
-        POLLS_LATE.with(|p| *p.borrow_mut() = Some(PollsLate(Some(future), send)));
-    })
-    .join()
-    .unwrap();
-    let (mut future, pending) = parked.recv().expect("polled in the destructor");
-    assert!(pending, "the second poll waits");
+    });
+    assert!(polled.is_pending(), "the second poll waits");
     assert_eq!(LATE.lock().unwrap().len(), 1, "the second poll ran");
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     let kept = loop {
@@ -563,49 +581,19 @@ async fn finishes_on_its_second_poll() -> Result<Tensor, gpu_scope::Error> {
     Ok(floats(3))
 }
 
-type Finishing =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Tensor, gpu_scope::Error>> + Send>>;
-
-/// Polls its future from its destructor, after gpu-scope's state for the thread is gone, and
-/// sends what that poll gave.
-struct FinishesLate(
-    Option<Finishing>,
-    std::sync::mpsc::Sender<std::task::Poll<Result<Tensor, gpu_scope::Error>>>,
-);
-
-impl Drop for FinishesLate {
-    fn drop(&mut self) {
-        if let Some(mut future) = self.0.take() {
-            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-            let _ = self.1.send(future.as_mut().poll(&mut cx));
-        }
-    }
-}
-
-thread_local! {
-    static FINISHES_LATE: std::cell::RefCell<Option<FinishesLate>> =
-        const { std::cell::RefCell::new(None) };
-}
-
 /// An async scope whose last poll runs where it cannot be placed (a thread-local's destructor)
 /// still ends: the body's output is returned, not an error, and the scope it was first polled
 /// in says "not tracked".
 #[test]
 fn an_async_scope_finishing_where_it_cannot_be_placed_returns_its_output() {
     let outer = gpu_scope::Scope::enter(strict("outer")).unwrap();
-    let mut future: Finishing = Box::pin(finishes_on_its_second_poll());
+    let mut future: Pinned<Result<Tensor, gpu_scope::Error>> =
+        Box::pin(finishes_on_its_second_poll());
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     assert!(future.as_mut().poll(&mut cx).is_pending());
-    let (send, polled) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        FINISHES_LATE.with(|_| ());
-        // gpu-scope's state for the thread after it: destroyed first.
+    let (_, polled) = poll_late(future, |_| {
         drop(gpu_scope::scope(strict("on the thread"), || ()).unwrap());
-        FINISHES_LATE.with(|f| *f.borrow_mut() = Some(FinishesLate(Some(future), send)));
-    })
-    .join()
-    .unwrap();
-    let polled = polled.recv().expect("polled in the destructor");
+    });
     let std::task::Poll::Ready(Ok(out)) = polled else {
         panic!("the output, not an error: {polled:?}");
     };
