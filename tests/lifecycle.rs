@@ -480,3 +480,47 @@ fn a_first_scope_opened_while_a_panic_unwinds_works() {
     let (_, report) = scope(strict("after"), || floats(1) + 1).unwrap();
     assert!(report.is_clean(), "{report}");
 }
+
+/// A program may end (`main` returns, `exit` runs the static destructors) while threads it
+/// left running still allocate, in scopes, in work carried with a handle, or outside scopes:
+/// it exits normally. (The CPU allocator's wrapper and the accelerator allocator behind it are
+/// not called into after their destruction.)
+#[test]
+fn a_program_ends_normally_while_its_threads_still_run_scopes() {
+    if let Ok(mode) = std::env::var("WORKER") {
+        let ignore = |name| ScopeOptions::new(name).on_escape(EscapePolicy::Ignore);
+        let work = || drop(cpu_floats(1000));
+        match mode.as_str() {
+            "plain" => drop(std::thread::spawn(move || loop {
+                work()
+            })),
+            "scoped" => drop(std::thread::spawn(move || loop {
+                let _ = scope(ignore("worker"), work);
+            })),
+            _ => {
+                let outer = Scope::enter(ignore("request")).unwrap();
+                let here = gpu_scope::current().unwrap();
+                drop(std::thread::spawn(move || loop {
+                    here.in_scope(work)
+                }));
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                drop(outer.exit(&()));
+            }
+        }
+        // Running when the test returns and the harness ends the process.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        return;
+    }
+    for mode in ["plain", "scoped", "carried"] {
+        for _ in 0..3 {
+            let name = "a_program_ends_normally_while_its_threads_still_run_scopes";
+            let out = common::child(name, &[("WORKER", mode)]);
+            assert!(
+                out.status.success(),
+                "{mode}: {:?} {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}

@@ -23,6 +23,7 @@
 #include <torch/csrc/profiler/orchestration/observer.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <exception>
 #include <mutex>
 #include <string>
@@ -80,6 +81,9 @@ thread_local bool probe_seen = false;
 std::atomic<bool> tracker_attached{false};
 // The allocator refused the tracker (cudaMallocAsync's does): it is not asked again.
 std::atomic<bool> tracker_refused{false};
+// The process is ending (`exit` runs its handlers and then the static destructors): threads
+// still running must not call into libtorch's allocator objects, destroyed then.
+std::atomic<bool> exiting{false};
 bool try_attach_tracker() noexcept;
 bool accelerator_initialized();
 std::atomic<uint64_t> empty_cache_calls{0};
@@ -379,7 +383,9 @@ bool accelerator_initialized() {
     auto acc = at::accelerator::getAccelerator(false);
     return acc.has_value() ? c10::getDeviceAllocator(*acc) : nullptr;
   }();
-  return allocator != nullptr && allocator->initialized();
+  // While the process ends the allocator may be destroyed already: nothing is asked of it.
+  return allocator != nullptr && !exiting.load(std::memory_order_relaxed) &&
+         allocator->initialized();
 }
 
 }  // namespace
@@ -395,10 +401,14 @@ int gs_install(void) noexcept {
   return protect([] {
     static std::once_flag once;
     std::call_once(once, [] {
-      static TrackingAllocator tracking(c10::GetCPUAllocator());
-      inner_raw_deleter = tracking.inner->raw_deleter();
-      c10::SetCPUAllocator(&tracking, UINT8_MAX);
+      // Never destroyed: threads still running while the process ends allocate through it.
+      auto* tracking = new TrackingAllocator(c10::GetCPUAllocator());
+      inner_raw_deleter = tracking->inner->raw_deleter();
+      c10::SetCPUAllocator(tracking, UINT8_MAX);
       reporter_vtable();
+      // Registered after libtorch's libraries made their static objects: runs before any of
+      // them is destroyed.
+      std::atexit([] { exiting.store(true); });
     });
   });
 }
@@ -572,6 +582,7 @@ int gs_accelerator_initialized(int* initialized) noexcept {
 
 int gs_empty_cache(void) noexcept {
   return protect([] {
+    if (exiting.load(std::memory_order_relaxed)) return;  // see accelerator_initialized
     empty_cache_calls.fetch_add(1, std::memory_order_relaxed);
     at::accelerator::emptyCache();
   });
