@@ -304,6 +304,8 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
     let (impl_generics, ty_generics, where_clause) = generics.split_for_impl();
     Ok(quote! {
         #[automatically_derived]
+        // A `crate = self::..` path is the user's to write; its `self::` is not linted here.
+        #[allow(unused_qualifications)]
         impl #impl_generics #private::Tensors for #name #ty_generics #where_clause {
             #[allow(unused_variables)]
             fn visit(&self, #set: &mut #private::StorageSet) {

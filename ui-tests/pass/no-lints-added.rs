@@ -1,7 +1,8 @@
 // The expansions add no lint of their own to the user's code, under `deny(warnings)`: a
 // one-expression body (`unused_braces` if wrapped in a block of ours), and `scope!` blocks that
-// never end normally (the check after them would be `unreachable_code`).
-#![deny(warnings)]
+// never end normally (the check after them would be `unreachable_code`), and the derive told
+// where gpu-scope is by a path with a `self::` (`unused_qualifications`, which strict crates deny).
+#![deny(warnings, unused_qualifications)]
 use gpu_scope::gpu_scope;
 use tch::Tensor;
 
@@ -40,6 +41,25 @@ fn optional(
         out.push(x * 2);
     }
     v.push(x + 1);
+}
+
+mod deps {
+    pub use gpu_scope as g;
+}
+
+#[derive(gpu_scope::Tensors)]
+#[tensors(crate = self::deps::g)]
+struct Outputs {
+    logits: Tensor,
+    extra: Vec<Tensor>,
+}
+
+#[gpu_scope(crate = self::deps::g)]
+fn outputs(x: &Tensor) -> Outputs {
+    Outputs {
+        logits: x * 2,
+        extra: vec![x + 1],
+    }
 }
 
 /// An optional `&'a mut` stored where it must live on: moved into the body, not reborrowed.
@@ -103,6 +123,7 @@ fn main() {
     assert_eq!(field_only(&Point { x: 1 }, &mut vec![]), 1);
     let t = Tensor::from(1.0);
     let _ = (one(&t), fallible(&t).unwrap());
+    let _ = outputs(&t).extra.len();
     drop(later(1.0));
     unit(&t);
     let (mut a, mut b) = (vec![], vec![]);
