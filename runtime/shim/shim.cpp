@@ -81,8 +81,9 @@ thread_local bool probe_seen = false;
 std::atomic<bool> tracker_attached{false};
 // The allocator refused the tracker (cudaMallocAsync's does): it is not asked again.
 std::atomic<bool> tracker_refused{false};
-// The process is ending (`exit` runs its handlers and then the static destructors): threads
-// still running must not call into libtorch's allocator objects, destroyed then.
+// The process is ending (`exit` runs its handlers, then the static destructors): threads still
+// running call nothing of libtorch's allocators and caches, destroyed then. Best effort: a call
+// already under way when exit begins is not waited for.
 std::atomic<bool> exiting{false};
 bool try_attach_tracker() noexcept;
 bool accelerator_initialized();
@@ -376,6 +377,7 @@ c10::DeviceType accelerator_type() {
 }
 
 bool accelerator_initialized() {
+  if (exiting.load(std::memory_order_relaxed)) return false;
   // Which accelerator the process has, and its allocator, are settled once libtorch and its
   // backends are loaded (before any call here); asking libtorch each time (a walk over the
   // backends' hooks and a dynamic_cast) cost twice per outermost scope.
@@ -383,9 +385,7 @@ bool accelerator_initialized() {
     auto acc = at::accelerator::getAccelerator(false);
     return acc.has_value() ? c10::getDeviceAllocator(*acc) : nullptr;
   }();
-  // While the process ends the allocator may be destroyed already: nothing is asked of it.
-  return allocator != nullptr && !exiting.load(std::memory_order_relaxed) &&
-         allocator->initialized();
+  return allocator != nullptr && allocator->initialized();
 }
 
 }  // namespace
@@ -406,8 +406,8 @@ int gs_install(void) noexcept {
       inner_raw_deleter = tracking->inner->raw_deleter();
       c10::SetCPUAllocator(tracking, UINT8_MAX);
       reporter_vtable();
-      // Registered after libtorch's libraries made their static objects: runs before any of
-      // them is destroyed.
+      // Registered after libtorch's libraries made the static objects they make when loaded
+      // (their allocators among them): runs before those are destroyed.
       std::atexit([] { exiting.store(true); });
     });
   });
@@ -582,7 +582,7 @@ int gs_accelerator_initialized(int* initialized) noexcept {
 
 int gs_empty_cache(void) noexcept {
   return protect([] {
-    if (exiting.load(std::memory_order_relaxed)) return;  // see accelerator_initialized
+    if (exiting.load(std::memory_order_relaxed)) return;
     empty_cache_calls.fetch_add(1, std::memory_order_relaxed);
     at::accelerator::emptyCache();
   });
@@ -633,6 +633,7 @@ int gs_memory_info(int dev_index, uint64_t* free_bytes, uint64_t* total_bytes) n
 int gs_workspaces(void (*visit)(void* ctx, const void* ptr, int dev_index, const char* kind),
                   void* ctx) noexcept {
   return protect([&] {
+    if (exiting.load(std::memory_order_relaxed)) return;
     const gpu_scope::Backend* b = gpu_scope::backend();
     if (b != nullptr && b->workspaces != nullptr) b->workspaces(visit, ctx);
   });
@@ -640,6 +641,7 @@ int gs_workspaces(void (*visit)(void* ctx, const void* ptr, int dev_index, const
 
 int gs_clear_workspaces(void) noexcept {
   return protect([] {
+    if (exiting.load(std::memory_order_relaxed)) return;
     const gpu_scope::Backend* b = gpu_scope::backend();
     if (b != nullptr && b->clear_workspaces != nullptr) b->clear_workspaces();
   });
@@ -648,7 +650,9 @@ int gs_clear_workspaces(void) noexcept {
 int gs_autocast_clear(int* cleared) noexcept {
   return protect([&] {
     *cleared = 0;
-    auto acc = at::accelerator::getAccelerator(false);
+    if (exiting.load(std::memory_order_relaxed)) return;
+    // Settled once libtorch is loaded (see accelerator_initialized).
+    static const auto acc = at::accelerator::getAccelerator(false);
     if (acc && at::autocast::is_autocast_enabled(*acc) && at::autocast::is_autocast_cache_enabled()) {
       at::autocast::clear_cache();
       *cleared = 1;
