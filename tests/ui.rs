@@ -16,9 +16,11 @@ fn errors_name_only_what_the_user_wrote() {
     let mut named = Vec::new();
     for entry in std::fs::read_dir("ui-tests/fail").expect("the ui cases") {
         let path = entry.expect("a ui case").path();
-        let wrong_crate_path = path.ends_with("crate-path-wrong.stderr");
-        if path.extension().is_some_and(|e| e == "stderr") && !wrong_crate_path {
-            let text = std::fs::read_to_string(&path).expect("readable");
+        if path.extension().is_some_and(|e| e == "stderr") {
+            let mut text = std::fs::read_to_string(&path).expect("readable");
+            if path.ends_with("crate-path-wrong.stderr") {
+                text = text.replace("`__private` in `tch`", "");
+            }
             if text.contains("__private") || text.contains("__gpu_scope") {
                 named.push(path.display().to_string());
             }

@@ -124,6 +124,7 @@ fn main() {
     let t = Tensor::from(1.0);
     let _ = (one(&t), fallible(&t).unwrap());
     let _ = outputs(&t).extra.len();
+    let _ = gpu_scope::scope!(crate = self::deps::g, { outputs(&t) });
     drop(later(1.0));
     unit(&t);
     let (mut a, mut b) = (vec![], vec![]);
