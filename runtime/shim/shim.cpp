@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -370,19 +371,24 @@ const c10::TensorImpl* impl_of(const void* tensor) {
   return static_cast<const at::Tensor*>(tensor)->unsafeGetTensorImpl();
 }
 
+// Which accelerator the process has, and its allocator, are settled once libtorch and its
+// backends are loaded (before any call here); asking libtorch each time (a walk over the
+// backends' hooks, and a dynamic_cast for the allocator) cost twice per outermost scope.
+std::optional<c10::DeviceType> accelerator() {
+  static const std::optional<c10::DeviceType> acc = at::accelerator::getAccelerator(false);
+  return acc;
+}
+
 c10::DeviceType accelerator_type() {
-  auto acc = at::accelerator::getAccelerator(false);
+  auto acc = accelerator();
   TORCH_CHECK(acc.has_value(), "this process has no accelerator");
   return *acc;
 }
 
 bool accelerator_initialized() {
   if (exiting.load(std::memory_order_relaxed)) return false;
-  // Which accelerator the process has, and its allocator, are settled once libtorch and its
-  // backends are loaded (before any call here); asking libtorch each time (a walk over the
-  // backends' hooks and a dynamic_cast) cost twice per outermost scope.
   static c10::DeviceAllocator* const allocator = [] {
-    auto acc = at::accelerator::getAccelerator(false);
+    auto acc = accelerator();
     return acc.has_value() ? c10::getDeviceAllocator(*acc) : nullptr;
   }();
   return allocator != nullptr && allocator->initialized();
@@ -570,7 +576,7 @@ void gs_tensor_weak_free(void* weak) noexcept { delete static_cast<WeakTensor*>(
 
 int gs_accelerator(int* dev_type, int* count) noexcept {
   return protect([&] {
-    auto acc = at::accelerator::getAccelerator(false);
+    auto acc = accelerator();
     *dev_type = acc ? static_cast<int>(*acc) : -1;
     *count = acc ? static_cast<int>(at::accelerator::deviceCount()) : 0;
   });
@@ -651,8 +657,7 @@ int gs_autocast_clear(int* cleared) noexcept {
   return protect([&] {
     *cleared = 0;
     if (exiting.load(std::memory_order_relaxed)) return;
-    // Settled once libtorch is loaded (see accelerator_initialized).
-    static const auto acc = at::accelerator::getAccelerator(false);
+    auto acc = accelerator();
     if (acc && at::autocast::is_autocast_enabled(*acc) && at::autocast::is_autocast_cache_enabled()) {
       at::autocast::clear_cache();
       *cleared = 1;
