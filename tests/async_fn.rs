@@ -497,31 +497,25 @@ fn a_suspended_async_scope_in_a_thread_local_ends_with_its_thread() {
 
 type Pinned<O> = std::pin::Pin<Box<dyn std::future::Future<Output = O> + Send>>;
 
-/// Polls its future once more from its destructor, after gpu-scope's state for the thread is
-/// gone (the thread-local is first used before the thread's first scope: see [`poll_late`]),
-/// then sends the future and what that poll gave.
-struct PolledLate<O>(
-    Option<Pinned<O>>,
-    std::sync::mpsc::Sender<(Pinned<O>, std::task::Poll<O>)>,
-);
+/// Runs its closure from its destructor: in a thread-local, after gpu-scope's state for the
+/// thread is gone when the thread-local is first used before the thread's first scope (see
+/// [`poll_late`]).
+struct RunsLate(Option<Box<dyn FnOnce()>>);
 
-impl<O> Drop for PolledLate<O> {
+impl Drop for RunsLate {
     fn drop(&mut self) {
-        if let Some(mut future) = self.0.take() {
-            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-            let polled = future.as_mut().poll(&mut cx);
-            let _ = self.1.send((future, polled));
+        if let Some(late) = self.0.take() {
+            late();
         }
     }
 }
 
 thread_local! {
-    static POLLED_LATE: std::cell::RefCell<Option<Box<dyn std::any::Any>>> =
-        const { std::cell::RefCell::new(None) };
+    static RUNS_LATE: std::cell::RefCell<RunsLate> = const { std::cell::RefCell::new(RunsLate(None)) };
 }
 
 /// On a new thread: `first` on `future` (which may open scopes, and so makes gpu-scope's state
-/// for the thread after [`POLLED_LATE`]: destroyed first), then `future` is polled in that
+/// for the thread after [`RUNS_LATE`]: destroyed first), then `future` is polled in that
 /// thread-local's destructor. Returns the future and what that poll gave.
 fn poll_late<O: Send + 'static>(
     mut future: Pinned<O>,
@@ -529,10 +523,14 @@ fn poll_late<O: Send + 'static>(
 ) -> (Pinned<O>, std::task::Poll<O>) {
     let (send, polled) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        POLLED_LATE.with(|_| ());
+        RUNS_LATE.with(|_| ());
         first(&mut future);
-        let late: Box<dyn std::any::Any> = Box::new(PolledLate(Some(future), send));
-        POLLED_LATE.with(|p| *p.borrow_mut() = Some(late));
+        let late = move || {
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            let polled = future.as_mut().poll(&mut cx);
+            let _ = send.send((future, polled));
+        };
+        RUNS_LATE.with(|r| r.borrow_mut().0 = Some(Box::new(late)));
     })
     .join()
     .unwrap();
