@@ -269,13 +269,27 @@ impl Options {
     }
 }
 
-/// `::gpu_scope::__private` (at `span`), or `path::__private`: a path the user wrote resolves
-/// where it was written.
+/// `path::__private` for a path the user wrote (it resolves where it was written), else
+/// `::name::__private` (at `span`), `name` being what the crate being compiled calls gpu-scope.
 pub(crate) fn private(path: Option<&syn::Path>, span: Span) -> TokenStream {
     match path {
         // Shown at the path (a wrong one is an error there).
         Some(path) => quote::quote_spanned!(syn::spanned::Spanned::span(path)=> #path::__private),
-        None => quote::quote_spanned!(span=> ::gpu_scope::__private),
+        None => {
+            let name = Ident::new(&dependency_name(), span);
+            quote::quote_spanned!(span=> ::#name::__private)
+        }
+    }
+}
+
+/// The name the crate being compiled gives gpu-scope in its `Cargo.toml`: `gs` for
+/// `gs = { package = "gpu-scope", .. }` (read as `proc-macro-crate` reads it), else
+/// `gpu_scope` (the usual name; also gpu-scope's own examples and doctests, and a crate that
+/// reaches gpu-scope through a re-export and must say so with `crate = path`).
+fn dependency_name() -> String {
+    match proc_macro_crate::crate_name("gpu-scope") {
+        Ok(proc_macro_crate::FoundCrate::Name(name)) => name,
+        _ => "gpu_scope".into(),
     }
 }
 
