@@ -117,5 +117,10 @@ fn the_command_line_says_what_is_wrong() {
         cli::out_of_memory(panic),
         Some("can't allocate memory: you tried to allocate 50176000000 bytes. Error code 12 (Cannot allocate memory)")
     );
+    let panic = r#"called `Result::unwrap()` on an `Err` value: Torch("Storage size calculation overflowed with sizes=[100000000000000000, 256]\nException raised from computeStorageNbytesContiguous at EmptyTensor.cpp:73")"#;
+    assert_eq!(
+        cli::out_of_memory(panic),
+        Some("Storage size calculation overflowed with sizes=[100000000000000000, 256]")
+    );
     assert_eq!(cli::out_of_memory("index out of range"), None);
 }

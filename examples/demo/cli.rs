@@ -26,11 +26,16 @@ pub fn count(flag: &str, value: &str) -> Result<usize, String> {
     }
 }
 
-/// What libtorch says when an allocation fails (on the CPU or on CUDA), without its C++ frames.
+/// What libtorch says when an allocation fails (on the CPU or on CUDA), or when its size does
+/// not even fit in 64 bits, without its C++ frames.
 pub fn out_of_memory(message: &str) -> Option<&str> {
-    let at = ["can't allocate memory", "out of memory"]
-        .iter()
-        .find_map(|sign| message.find(sign))?;
+    let at = [
+        "can't allocate memory",
+        "out of memory",
+        "Storage size calculation overflowed",
+    ]
+    .iter()
+    .find_map(|sign| message.find(sign))?;
     // The frames follow the first line (its `\n` escaped, as tch's error prints it).
     message[at..].split(['\n', '\\', '"']).next()
 }
