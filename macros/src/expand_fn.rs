@@ -185,7 +185,7 @@ fn returns(
     // type, with the conversion shown at the `on_escape` option that asks for it. Spanned as
     // the user's tokens, so that rustc shows them as such; the local is bound after the
     // user's code, which therefore cannot name it.
-    let at = ret_ty.map_or(func.sig.ident.span(), Spanned::span);
+    let at = ret_ty.map_or(func.sig.ident.span(), types::name_span);
     let error = Ident::new(ERROR, at);
     // Generated (mixed-site) tokens for the call itself: lints such as clippy's
     // `useless_conversion` (when the error type is `gpu_scope::Error`) are not the user's.

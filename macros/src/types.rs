@@ -12,6 +12,16 @@ pub(crate) fn strip_parens(mut ty: &Type) -> &Type {
     ty
 }
 
+/// Where an error about `ty` is shown: a path at its last segment (`Result` in
+/// `std::io::Result<u32>`, where the first token would be `std`: a span cannot cover it all).
+pub(crate) fn name_span(ty: &Type) -> proc_macro2::Span {
+    match strip_parens(ty) {
+        Type::Path(p) if p.qself.is_none() => p.path.segments.last().map(|s| s.ident.span()),
+        _ => None,
+    }
+    .unwrap_or_else(|| syn::spanned::Spanned::span(ty))
+}
+
 pub(crate) fn is_never(ty: &Type) -> bool {
     matches!(strip_parens(ty), Type::Never(_))
 }
