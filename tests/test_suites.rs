@@ -1,0 +1,80 @@
+//! README "In a test suite": `#[gpu_scope]` on tests, under `#[test]` and `#[tokio::test]` in
+//! either order, fails a test that leaves memory behind, naming the allocation.
+use gpu_scope::gpu_scope;
+use tch::{Device, Kind, Tensor};
+
+fn standardise(x: &Tensor) -> Tensor {
+    (x - x.mean(Kind::Float)) / x.std(true)
+}
+
+#[test]
+#[gpu_scope]
+fn standardise_leaves_nothing_behind() {
+    let x = Tensor::randn([64], (Kind::Float, Device::Cpu));
+    assert_eq!(standardise(&x).size(), [64]);
+}
+
+#[gpu_scope]
+#[test]
+fn the_attributes_in_the_other_order() {
+    let x = Tensor::randn([64], (Kind::Float, Device::Cpu));
+    assert_eq!(standardise(&x).size(), [64]);
+}
+
+#[tokio::test]
+#[gpu_scope]
+async fn a_task_leaves_nothing_behind() {
+    let x = Tensor::randn([64], (Kind::Float, Device::Cpu));
+    tokio::task::yield_now().await;
+    assert_eq!(standardise(&x).size(), [64]);
+}
+
+#[gpu_scope]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_on_a_multi_threaded_runtime() {
+    let x = Tensor::randn([64], (Kind::Float, Device::Cpu));
+    tokio::task::yield_now().await;
+    assert_eq!(standardise(&x).size(), [64]);
+}
+
+#[test]
+#[should_panic(expected = "escaped")]
+#[gpu_scope]
+fn a_leak_fails_the_test() {
+    std::mem::forget(Tensor::ones([4], (Kind::Float, Device::Cpu)));
+}
+
+#[tokio::test]
+#[should_panic(expected = "escaped")]
+#[gpu_scope]
+async fn a_leak_after_an_await_fails_the_test() {
+    let t = Tensor::ones([4], (Kind::Float, Device::Cpu));
+    tokio::task::yield_now().await;
+    std::mem::forget(t);
+}
+
+#[test]
+#[gpu_scope(on_escape = error)]
+fn a_test_returning_the_escape() -> Result<(), gpu_scope::Error> {
+    let x = Tensor::randn([64], (Kind::Float, Device::Cpu));
+    assert_eq!(standardise(&x).size(), [64]);
+    Ok(())
+}
+
+/// The failing test's message is the report: it names the allocation that escaped.
+#[test]
+fn the_failure_names_the_allocation() {
+    #[gpu_scope(on_escape = panic)]
+    fn leaks() {
+        std::mem::forget(Tensor::ones([4, 2], (Kind::Float, Device::Cpu)));
+    }
+    let message = std::thread::spawn(leaks)
+        .join()
+        .expect_err("the leak panics");
+    let message = message.downcast_ref::<String>().expect("a formatted panic");
+    assert!(message.contains("escaped"), "{message}");
+    assert!(
+        message.contains("32 B") && message.contains("[4, 2]"),
+        "{message}"
+    );
+}
