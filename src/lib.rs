@@ -1,5 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
+// The README shows `#[test]` functions (compiled there; tests/test_suites.rs runs them).
+#![allow(clippy::test_attr_in_doctest)]
 
 // The macros carry their own docs (`macros/doc/`). Their examples run here, where
 // `gpu_scope` and libtorch exist; under `cfg(doctest)` only, so the published crate does not
