@@ -48,7 +48,22 @@ pub(crate) fn validate_fn(scoped: &ScopedFn) -> syn::Result<()> {
         );
     }
     if let (None, ReturnType::Type(_, ty)) = (&sig.asyncness, &sig.output) {
-        if types::is_future(ty) {
+        // `#[async_trait]` expands first, into a function returning a boxed future with a
+        // lifetime of this name: the user wrote an `async fn`, and cannot write another.
+        let async_trait = sig
+            .generics
+            .lifetimes()
+            .any(|l| l.lifetime.ident == "async_trait");
+        if async_trait {
+            errors.push_spanned(
+                ty,
+                "#[gpu_scope] cannot scope an `#[async_trait]` method: async-trait turns it \
+                 into a function that returns a boxed future before the scope sees it, and \
+                 only the call that makes the future would be scoped; put the work in a \
+                 `#[gpu_scope] async fn` (an inherent method or a free function) and await it \
+                 from the trait method, or use Rust's own `async fn` in traits",
+            );
+        } else if types::is_future(ty) {
             errors.push_spanned(
                 ty,
                 "#[gpu_scope] on a function that returns a future would scope only the call \
