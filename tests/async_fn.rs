@@ -3,7 +3,7 @@ mod common;
 use common::{block, floats, on, strict};
 use gpu_scope::{gpu_scope, Error};
 use std::sync::{Arc, Mutex};
-use tch::Tensor;
+use tch::{Device, Kind, Tensor};
 
 static SINK: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
 
@@ -677,4 +677,55 @@ fn a_panic_searching_an_async_scopes_output_ends_it_unchecked() {
     let report = gpu_scope::last_report().unwrap();
     assert_eq!(report.name, "boom", "{report}");
     assert!(!report.checked && report.escaped.is_empty(), "{report}");
+}
+
+/// Rust's own `async fn` in traits (what the refusal of `#[async_trait]` methods advises): a
+/// scoped method in an impl and a scoped default method each scope the whole future.
+#[test]
+fn async_fn_in_traits() {
+    trait Model {
+        fn weight(&self) -> &Tensor;
+        async fn forward(&self, x: &Tensor) -> Tensor;
+        #[gpu_scope(on_escape = error)]
+        async fn twice(&self, x: &Tensor) -> Result<Tensor, gpu_scope::Error> {
+            tokio::task::yield_now().await;
+            Ok(self.forward(&self.forward(x).await).await)
+        }
+        #[gpu_scope(on_escape = error)]
+        async fn stash(&self, x: &Tensor) -> Result<(), gpu_scope::Error> {
+            tokio::task::yield_now().await;
+            STASHED.lock().unwrap().push(x * self.weight());
+            Ok(())
+        }
+    }
+    static STASHED: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
+    struct Scale(Tensor);
+    impl Model for Scale {
+        fn weight(&self) -> &Tensor {
+            &self.0
+        }
+        #[gpu_scope(on_escape = panic)]
+        async fn forward(&self, x: &Tensor) -> Tensor {
+            tokio::task::yield_now().await;
+            let scratch = x * 3;
+            drop(scratch);
+            x * self.weight()
+        }
+    }
+    let model = Scale(Tensor::from(2.0f32));
+    let x = Tensor::ones([4], (Kind::Float, Device::Cpu));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let y = rt.block_on(model.twice(&x)).unwrap();
+    let report = gpu_scope::last_report().unwrap();
+    assert!(report.is_clean() && report.kept == 16, "{report}");
+    assert_eq!(y.sum(Kind::Float).double_value(&[]), 16.0);
+    // Made after an `.await`, and caught.
+    let stashed = rt.block_on(model.stash(&x));
+    STASHED.lock().unwrap().clear();
+    assert!(
+        matches!(&stashed, Err(Error::Escaped(r)) if r.escaped_bytes == 16),
+        "{stashed:?}"
+    );
 }

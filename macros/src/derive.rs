@@ -80,7 +80,7 @@ fn on_the_type(attrs: &[Attribute]) -> syn::Result<Option<syn::Path>> {
              unaligned and cannot be borrowed in place; implement `gpu_scope::Tensors` by hand",
         ));
     }
-    // `#[tensors(crate = path)]`: where gpu-scope is found (renamed or re-exported).
+    // `#[tensors(crate = path)]`: where gpu-scope is found (a re-export).
     tensors_option(attrs, "crate", ON_THE_TYPE, |meta| {
         crate_path(meta.value()?)
     })
@@ -89,7 +89,7 @@ fn on_the_type(attrs: &[Attribute]) -> syn::Result<Option<syn::Path>> {
 const ON_THE_TYPE: &str = "`#[tensors(skip)]` goes on a field or an enum variant, not on the \
 type: mark each field that holds no tensors `#[tensors(skip)]`, or implement `gpu_scope::Tensors` \
 by hand with an empty `visit`; on the type, `#[tensors(...)]` only takes `crate = path` (where \
-gpu-scope is renamed or re-exported)";
+a crate re-exports gpu-scope)";
 
 /// Binds each visited field of `fields` and returns the pattern and the visit statements.
 fn visit_fields(

@@ -75,7 +75,8 @@ pub(crate) struct Options {
     pub keep_grad: Option<Given<bool>>,
     pub device: Option<Given<Expr>>,
     pub keep: Option<Given<Vec<Expr>>>,
-    /// Where the generated code finds gpu-scope: a renamed dependency, or a re-export.
+    /// Where the generated code finds gpu-scope: a re-export (a renamed dependency is found
+    /// without it).
     pub krate: Option<Given<syn::Path>>,
 }
 
@@ -84,8 +85,7 @@ impl Options {
         self.on_escape.as_ref().map(|p| p.value)
     }
 
-    /// The runtime's hidden module as the generated code names it: `::gpu_scope::__private`
-    /// (at `span`), or under the path `crate = path` gave.
+    /// The runtime's hidden module as the generated code names it: see [`private`].
     pub(crate) fn private(&self, span: Span) -> TokenStream {
         private(self.krate(), span)
     }
@@ -284,8 +284,7 @@ pub(crate) fn private(path: Option<&syn::Path>, span: Span) -> TokenStream {
 
 /// The name the crate being compiled gives gpu-scope in its `Cargo.toml`: `gs` for
 /// `gs = { package = "gpu-scope", .. }` (read as `proc-macro-crate` reads it), else
-/// `gpu_scope` (the usual name; also gpu-scope's own examples and doctests, and a crate that
-/// reaches gpu-scope through a re-export and must say so with `crate = path`).
+/// `gpu_scope` (gpu-scope itself, whose examples and doctests name it so, or not listed).
 fn dependency_name() -> String {
     match proc_macro_crate::crate_name("gpu-scope") {
         Ok(proc_macro_crate::FoundCrate::Name(name)) => name,
@@ -296,9 +295,8 @@ fn dependency_name() -> String {
 /// The value of `crate = ...`: a path to gpu-scope (`gs`, `my_lib::gpu_scope`), also written
 /// as a string (`"gs"`), as serde's and tokio's `crate` options are.
 pub(crate) fn crate_path(input: ParseStream) -> syn::Result<syn::Path> {
-    const WRITE: &str = "write the path gpu-scope is found at: `crate = gs` where the dependency \
-                         is renamed `gs`, or `crate = my_lib::gpu_scope` where a crate \
-                         re-exports it";
+    const WRITE: &str = "write the path gpu-scope is found at: `crate = my_lib::gpu_scope` where \
+                         a crate re-exports it (a renamed dependency is found without it)";
     if input.peek(LitStr) {
         let lit: LitStr = input.parse()?;
         lit.parse_with(syn::Path::parse_mod_style)

@@ -48,27 +48,20 @@ pub(crate) fn validate_fn(scoped: &ScopedFn) -> syn::Result<()> {
         );
     }
     if let (None, ReturnType::Type(_, ty)) = (&sig.asyncness, &sig.output) {
-        // `#[async_trait]` expands first, into a function returning a boxed future with a
-        // lifetime of this name: the user wrote an `async fn`, and cannot write another.
-        let async_trait = sig
-            .generics
-            .lifetimes()
-            .any(|l| l.lifetime.ident == "async_trait");
-        if async_trait {
+        if types::is_future(ty) {
+            // `#[async_trait]` expands first, into a function returning a boxed future with a
+            // lifetime of this name: the user wrote an `async fn`, and cannot write another.
+            let async_trait = sig
+                .generics
+                .lifetimes()
+                .any(|l| l.lifetime.ident == "async_trait");
             errors.push_spanned(
                 ty,
-                "#[gpu_scope] cannot scope an `#[async_trait]` method: async-trait turns it \
-                 into a function that returns a boxed future before the scope sees it, and \
-                 only the call that makes the future would be scoped; put the work in a \
-                 `#[gpu_scope] async fn` (an inherent method or a free function) and await it \
-                 from the trait method, or use Rust's own `async fn` in traits",
-            );
-        } else if types::is_future(ty) {
-            errors.push_spanned(
-                ty,
-                "#[gpu_scope] on a function that returns a future would scope only the call \
-                 that makes the future, not the work done when it is awaited; write it as an \
-                 `async fn`, whose scope covers the whole future",
+                if async_trait {
+                    ASYNC_TRAIT
+                } else {
+                    FUTURE_RETURN
+                },
             );
         }
     }
@@ -433,6 +426,16 @@ fn strip_parens(mut expr: &Expr) -> &Expr {
     }
     expr
 }
+
+const FUTURE_RETURN: &str = "#[gpu_scope] on a function that returns a future would scope only \
+the call that makes the future, not the work done when it is awaited; write it as an `async fn`, \
+whose scope covers the whole future";
+
+const ASYNC_TRAIT: &str = "#[gpu_scope] cannot scope an `#[async_trait]` method: async-trait \
+turns it into a function that returns a boxed future before the scope sees it, and only the call \
+that makes the future would be scoped; put the work in a `#[gpu_scope] async fn` (an inherent \
+method or a free function) and await it from the trait method, or use Rust's own `async fn` in \
+traits";
 
 /// The return type must be able to carry the escape error: a `Result` (or an alias of one).
 /// What cannot be one is refused here; a path that names no `Result` fails type checking.
