@@ -1,6 +1,6 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
-// The README shows `#[test]` functions (compiled there; tests/test_suites.rs runs them).
+// The README shows `#[test]` functions (left out of doctests; tests/test_suites.rs runs them).
 #![allow(clippy::test_attr_in_doctest)]
 
 // The macros carry their own docs (`macros/doc/`). Their examples run here, where
