@@ -59,6 +59,15 @@ if [ -z "$torch_dir" ]; then
     echo "       or point LIBTORCH at a libtorch $version folder." >&2
     exit 1
   fi
+  # PyPI has torch 2.11 to 2.13 for Python 3.10 and newer only: pip would say "no matching
+  # distribution", which reads like a network problem.
+  if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
+    echo "setup: torch==$version needs Python 3.10 or newer; $python is" \
+      "$("$python" -c 'import platform; print(platform.python_version())'). Set PYTHON to a" \
+      "newer python3 (PYTHON=python3.12 bash setup.sh), or point LIBTORCH at a libtorch" \
+      "$version folder." >&2
+    exit 1
+  fi
   venv=.torch/venv-$version
   site=lib/python3*/site-packages
   # .venv unless it holds another version of torch: one that is this version, or whose install
