@@ -457,6 +457,42 @@ fn an_outermost_scope_ended_by_a_panic_releases_the_cache() {
     assert_eq!(memory_stats(Device::Cuda(0)).unwrap().releasable, 0);
 }
 
+/// A program may end (`main` returns, or `std::process::exit`) while threads it left running
+/// still end scopes whose release policy asks the device's allocator for its statistics and
+/// empties its cache: once the exit has begun gpu-scope calls nothing of libtorch's
+/// accelerator, whose objects the exit destroys, some of them made lazily after the program
+/// started. The threads run no device operator (which would be libtorch's matter).
+#[test]
+fn a_program_ends_normally_while_its_threads_still_release_device_caches() {
+    if in_child() {
+        drop(floats(8 << 20, 0));
+        for release in [ReleasePolicy::Always, ReleasePolicy::Outermost] {
+            std::thread::spawn(move || loop {
+                let opts = ScopeOptions::new("cpu work").release(release);
+                drop(scope(opts, || drop(common::cpu_floats(10))));
+            });
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        if std::env::var("END").is_ok_and(|end| end == "exit") {
+            std::process::exit(0);
+        }
+        return;
+    }
+    if cuda(1).is_none() {
+        return;
+    }
+    let name = "a_program_ends_normally_while_its_threads_still_release_device_caches";
+    for end in ["return", "exit", "return", "exit"] {
+        let out = child(name, &[("END", end)]);
+        assert!(
+            out.status.success(),
+            "{end}: {:?}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 /// A profiler running when a scope opens: the scope steps aside (and says so, once) rather
 /// than pushing its reporter over the profiler's state, and leaves that state alone. A
 /// profiler cannot start while a scope is open on the thread (libtorch refuses, cleanly): the

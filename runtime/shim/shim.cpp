@@ -23,11 +23,13 @@
 #include <torch/csrc/profiler/orchestration/observer.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 // Exported by libtorch_cpu; declared in headers that need much more (ideep, autograd).
@@ -82,10 +84,37 @@ thread_local bool probe_seen = false;
 std::atomic<bool> tracker_attached{false};
 // The allocator refused the tracker (cudaMallocAsync's does): it is not asked again.
 std::atomic<bool> tracker_refused{false};
-// The process is ending (`exit` runs its handlers, then the static destructors): threads still
-// running call nothing of libtorch's allocators and caches, destroyed then. Best effort: a call
-// already under way when exit begins is not waited for.
+// The process is ending: threads still running call nothing of libtorch's accelerator (its
+// hooks, allocators and caches), whose static objects the exit destroys. `exit` runs its
+// handlers and those destructors together, in the reverse order of their registration, and
+// libtorch makes some of those objects lazily, on first use: `begin_exit` is registered at
+// start and again after the first call of each entry that reaches the accelerator
+// (`accelerator_call`), so that it runs before whatever those calls had libtorch make. It waits
+// a little for calls already under way.
 std::atomic<bool> exiting{false};
+std::atomic<int> accelerator_calls{0};
+
+void begin_exit() {
+  exiting.store(true);
+  // Bounded: a call waiting on something the exiting thread holds must not hang the exit.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+  while (accelerator_calls.load() != 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+// Runs `f`, which calls into libtorch's accelerator, unless the exit has begun (then the
+// caller's outputs keep their defaults). `first` is the call site's own.
+template <typename F>
+void accelerator_call(std::once_flag& first, F&& f) {
+  accelerator_calls.fetch_add(1);
+  struct Done {
+    ~Done() { accelerator_calls.fetch_sub(1); }
+  } done;
+  if (exiting.load()) return;
+  f();
+  std::call_once(first, [] { std::atexit(begin_exit); });
+}
 bool try_attach_tracker() noexcept;
 bool accelerator_initialized();
 std::atomic<uint64_t> empty_cache_calls{0};
@@ -386,10 +415,15 @@ c10::DeviceType accelerator_type() {
 }
 
 bool accelerator_initialized() {
+  // Not counted as a call under way (every outermost scope asks, from every thread): a read of
+  // one flag of the allocator, which a CUDA libtorch makes when loaded, before this library.
   if (exiting.load(std::memory_order_relaxed)) return false;
   static c10::DeviceAllocator* const allocator = [] {
     auto acc = accelerator();
-    return acc.has_value() ? c10::getDeviceAllocator(*acc) : nullptr;
+    auto* found = acc.has_value() ? c10::getDeviceAllocator(*acc) : nullptr;
+    // After what finding the accelerator made libtorch make.
+    std::atexit(begin_exit);
+    return found;
   }();
   return allocator != nullptr && allocator->initialized();
 }
@@ -414,7 +448,7 @@ int gs_install(void) noexcept {
       reporter_vtable();
       // Registered after libtorch's libraries made the static objects they make when loaded
       // (their allocators among them): runs before those are destroyed.
-      std::atexit([] { exiting.store(true); });
+      std::atexit(begin_exit);
     });
   });
 }
@@ -575,10 +609,15 @@ int gs_tensor_weak_lock(void* weak, void** tensor) noexcept {
 void gs_tensor_weak_free(void* weak) noexcept { delete static_cast<WeakTensor*>(weak); }
 
 int gs_accelerator(int* dev_type, int* count) noexcept {
+  *dev_type = -1;
+  *count = 0;
   return protect([&] {
-    auto acc = accelerator();
-    *dev_type = acc ? static_cast<int>(*acc) : -1;
-    *count = acc ? static_cast<int>(at::accelerator::deviceCount()) : 0;
+    static std::once_flag first;
+    accelerator_call(first, [&] {
+      auto acc = accelerator();
+      *dev_type = acc ? static_cast<int>(*acc) : -1;
+      *count = acc ? static_cast<int>(at::accelerator::deviceCount()) : 0;
+    });
   });
 }
 
@@ -588,23 +627,29 @@ int gs_accelerator_initialized(int* initialized) noexcept {
 
 int gs_empty_cache(void) noexcept {
   return protect([] {
-    if (exiting.load(std::memory_order_relaxed)) return;
-    empty_cache_calls.fetch_add(1, std::memory_order_relaxed);
-    at::accelerator::emptyCache();
+    static std::once_flag first;
+    accelerator_call(first, [] {
+      empty_cache_calls.fetch_add(1, std::memory_order_relaxed);
+      at::accelerator::emptyCache();
+    });
   });
 }
 
 int gs_device_stats_unchecked(int dev_index, int64_t* allocated, int64_t* reserved,
                               int64_t* peak, int64_t* releasable) noexcept {
+  *allocated = *reserved = *peak = *releasable = 0;
   return protect([&] {
-    auto stats = at::accelerator::getDeviceStats(static_cast<c10::DeviceIndex>(dev_index));
-    constexpr auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-    *allocated = stats.allocated_bytes[all].current;
-    *reserved = stats.reserved_bytes[all].current;
-    *peak = stats.allocated_bytes[all].peak;
-    // Free bytes inside segments that are partly in use cannot be released.
-    *releasable = stats.reserved_bytes[all].current - stats.active_bytes[all].current -
-                  stats.inactive_split_bytes[all].current;
+    static std::once_flag first;
+    accelerator_call(first, [&] {
+      auto stats = at::accelerator::getDeviceStats(static_cast<c10::DeviceIndex>(dev_index));
+      constexpr auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+      *allocated = stats.allocated_bytes[all].current;
+      *reserved = stats.reserved_bytes[all].current;
+      *peak = stats.allocated_bytes[all].peak;
+      // Free bytes inside segments that are partly in use cannot be released.
+      *releasable = stats.reserved_bytes[all].current - stats.active_bytes[all].current -
+                    stats.inactive_split_bytes[all].current;
+    });
   });
 }
 
@@ -622,46 +667,58 @@ int gs_device_stats(int dev_index, int64_t* allocated, int64_t* reserved, int64_
 
 int gs_reset_peak(int dev_index) noexcept {
   return protect([&] {
-    if (accelerator_initialized()) {
+    if (!accelerator_initialized()) return;
+    static std::once_flag first;
+    accelerator_call(first, [&] {
       at::accelerator::resetPeakStats(static_cast<c10::DeviceIndex>(dev_index));
-    }
+    });
   });
 }
 
 int gs_memory_info(int dev_index, uint64_t* free_bytes, uint64_t* total_bytes) noexcept {
+  *free_bytes = *total_bytes = 0;
   return protect([&] {
-    auto [free, total] = at::accelerator::getMemoryInfo(static_cast<c10::DeviceIndex>(dev_index));
-    *free_bytes = free;
-    *total_bytes = total;
+    static std::once_flag first;
+    accelerator_call(first, [&] {
+      auto [free, total] =
+          at::accelerator::getMemoryInfo(static_cast<c10::DeviceIndex>(dev_index));
+      *free_bytes = free;
+      *total_bytes = total;
+    });
   });
 }
 
 int gs_workspaces(void (*visit)(void* ctx, const void* ptr, int dev_index, const char* kind),
                   void* ctx) noexcept {
   return protect([&] {
-    if (exiting.load(std::memory_order_relaxed)) return;
     const gpu_scope::Backend* b = gpu_scope::backend();
-    if (b != nullptr && b->workspaces != nullptr) b->workspaces(visit, ctx);
+    if (b == nullptr || b->workspaces == nullptr) return;
+    static std::once_flag first;
+    accelerator_call(first, [&] { b->workspaces(visit, ctx); });
   });
 }
 
 int gs_clear_workspaces(void) noexcept {
   return protect([] {
-    if (exiting.load(std::memory_order_relaxed)) return;
     const gpu_scope::Backend* b = gpu_scope::backend();
-    if (b != nullptr && b->clear_workspaces != nullptr) b->clear_workspaces();
+    if (b == nullptr || b->clear_workspaces == nullptr) return;
+    static std::once_flag first;
+    accelerator_call(first, [&] { b->clear_workspaces(); });
   });
 }
 
 int gs_autocast_clear(int* cleared) noexcept {
   return protect([&] {
     *cleared = 0;
-    if (exiting.load(std::memory_order_relaxed)) return;
-    auto acc = accelerator();
-    if (acc && at::autocast::is_autocast_enabled(*acc) && at::autocast::is_autocast_cache_enabled()) {
-      at::autocast::clear_cache();
-      *cleared = 1;
-    }
+    static std::once_flag first;
+    accelerator_call(first, [&] {
+      auto acc = accelerator();
+      if (acc && at::autocast::is_autocast_enabled(*acc) &&
+          at::autocast::is_autocast_cache_enabled()) {
+        at::autocast::clear_cache();
+        *cleared = 1;
+      }
+    });
   });
 }
 
@@ -684,22 +741,25 @@ static int probe_device(c10::DeviceType type) {
 }
 
 int gs_probe_reports(int* reported) noexcept {
+  *reported = -1;
   return protect([&] {
-    c10::DeviceType type = accelerator_type();
-    *reported = -1;
-    const int dev_index = probe_device(type);
-    if (dev_index < 0) return;
-    probing = true;
-    probe_seen = false;
-    try {
-      c10::DeviceGuard guard(c10::Device(type, static_cast<c10::DeviceIndex>(dev_index)));
-      c10::DataPtr block = c10::GetAllocator(type)->allocate(1);
-    } catch (...) {
+    static std::once_flag first;
+    accelerator_call(first, [&] {
+      c10::DeviceType type = accelerator_type();
+      const int dev_index = probe_device(type);
+      if (dev_index < 0) return;
+      probing = true;
+      probe_seen = false;
+      try {
+        c10::DeviceGuard guard(c10::Device(type, static_cast<c10::DeviceIndex>(dev_index)));
+        c10::DataPtr block = c10::GetAllocator(type)->allocate(1);
+      } catch (...) {
+        probing = false;
+        throw;
+      }
       probing = false;
-      throw;
-    }
-    probing = false;
-    *reported = probe_seen ? 1 : 0;
+      *reported = probe_seen ? 1 : 0;
+    });
   });
 }
 
