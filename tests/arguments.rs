@@ -1010,6 +1010,87 @@ fn an_owned_argument_holding_a_mut_borrow_is_named_not_inspected_not_escaped() {
     SINK.lock().unwrap().clear();
 }
 
+#[gpu_scope(on_escape = error)]
+fn fill_generic<C: Tensors + AsMut<Vec<Tensor>>>(mut cache: C, n: i64) -> Result<(), Error> {
+    cache.as_mut().push(floats(n));
+    Ok(())
+}
+
+#[gpu_scope(on_escape = error)]
+fn fill_impl(mut cache: impl Tensors + AsMut<Vec<Tensor>>, n: i64) -> Result<(), Error> {
+    cache.as_mut().push(floats(n));
+    Ok(())
+}
+
+/// A `&mut` passed for an owned generic argument bound by `Tensors` moves into the body and
+/// cannot be searched after it: named not inspected (by its type), as a `&mut` written in an
+/// owned argument's type is, not a false escape; a leak beside it is not inspected either.
+/// Passed owned, the value dies in the body as any owned argument does.
+#[test]
+fn a_mut_borrow_passed_for_a_generic_argument_is_named_not_inspected() {
+    let _serial = common::serial();
+    let mut cache = Vec::new();
+    fill_generic(&mut cache, 3).unwrap();
+    fill_impl(&mut cache, 3).unwrap();
+    let report = last_report().unwrap();
+    assert!(report.escaped.is_empty(), "{report}");
+    assert_eq!(report.held_by(HeldBy::Uninspected), 12, "{report}");
+    assert!(report.uninspected_kept[0].starts_with("&mut "), "{report}");
+    assert!(report.uninspected_kept[0].contains("Vec<"), "{report}");
+    assert!(report
+        .to_string()
+        .contains("a `&mut` passed for an owned generic argument"));
+    assert_eq!(cache.len(), 2);
+    // Passed owned, it dies in the body.
+    fill_generic(Vec::new(), 3).unwrap();
+    assert!(last_report().unwrap().is_clean());
+}
+
+#[gpu_scope(on_escape = error)]
+fn fill_cells(cells: Vec<&RefCell<Vec<Tensor>>>, n: i64) -> Result<(), Error> {
+    cells[0].borrow_mut().push(floats(n));
+    Ok(())
+}
+
+#[gpu_scope(on_escape = error)]
+fn fill_guard(mut guard: std::cell::RefMut<Vec<Tensor>>, n: i64) -> Result<(), Error> {
+    guard.push(floats(n));
+    Ok(())
+}
+
+#[gpu_scope(on_escape = error)]
+fn read_all(xs: Vec<&Tensor>, leak: bool) -> Result<usize, Error> {
+    if leak {
+        SINK.lock().unwrap().push(floats(1));
+    }
+    Ok(xs.len())
+}
+
+/// An owned argument that reaches the caller's data through a shared borrow of a cell, or a
+/// guard written without its lifetime, dies in the body unsearched: what the body stored
+/// through it is called escaped, and the hint names it. A shared borrow of a tensor holds
+/// nothing the body could store into: not named.
+#[test]
+fn owned_arguments_reaching_a_cell_are_named_in_the_hint() {
+    let _serial = common::serial();
+    let cell = RefCell::new(Vec::new());
+    let err = fill_cells(vec![&cell], 2).unwrap_err();
+    let report = err.report().unwrap();
+    assert_eq!(report.escaped_bytes, 8, "{err}");
+    assert_eq!(report.lending_args, ["`cells: Vec<&RefCell<Vec<Tensor>>>`"]);
+    let err = fill_guard(cell.borrow_mut(), 2).unwrap_err();
+    let report = err.report().unwrap();
+    assert_eq!(
+        report.lending_args,
+        ["`guard: std::cell::RefMut<Vec<Tensor>>`"]
+    );
+    cell.borrow_mut().clear();
+    let x = floats(2);
+    let err = read_all(vec![&x], true).unwrap_err();
+    assert!(err.report().unwrap().lending_args.is_empty(), "{err}");
+    SINK.lock().unwrap().clear();
+}
+
 struct Weights {
     w: Tensor,
 }

@@ -382,12 +382,13 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
             args.roots.push((quote!(#name), r.mutability.is_none()));
         }
         (_, name) => {
+            // Its name without `mut`, or the pattern it is destructured by.
+            let what = (name.as_ref()).map_or_else(|| types::shown(pat), ToString::to_string);
             if types::may_hold_mut(ty) {
-                let what = types::shown(pat);
                 args.unsearched
                     .push(format!("`{what}` (an owned argument with a `&mut` in it)"));
-            } else if types::has_lifetime_argument(ty) {
-                let (what, ty) = (types::shown(pat), types::shown(ty));
+            } else if types::has_lifetime_argument(ty) || types::reaches_cell(ty) {
+                let ty = types::shown(ty);
                 args.lending.push(format!("`{what}: {ty}`"));
             }
             let name = match name {

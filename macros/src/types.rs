@@ -144,6 +144,22 @@ pub(crate) fn has_lifetime_argument(ty: &Type) -> bool {
     })
 }
 
+/// Whether an owned value of this type reaches the caller's data through a shared borrow of a
+/// cell or lock (`Vec<&RefCell<Vec<Tensor>>>`) or a standard guard that gives `&mut` access
+/// (`RefMut<Vec<Tensor>>`, its lifetime elided): the body may store through it. A shared
+/// borrow of anything else holds nothing the body could change.
+pub(crate) fn reaches_cell(ty: &Type) -> bool {
+    const CELLS: [&str; 5] = ["Cell", "RefCell", "OnceCell", "Mutex", "RwLock"];
+    const GUARDS: [&str; 3] = ["RefMut", "MutexGuard", "RwLockWriteGuard"];
+    fn named(part: Part<'_>, names: &[&str]) -> bool {
+        matches!(part, Part::Segment(s) if names.iter().any(|n| s.ident == n))
+    }
+    any_part(ty, |part| match part {
+        Part::Reference(r) => any_part(&r.elem, |part| named(part, &CELLS)),
+        part => named(part, &GUARDS),
+    })
+}
+
 /// Whether an owned value of this type holds a `&mut` borrow of the caller's data: a `&mut`
 /// written in it (`(&Tensor, &mut Vec<Tensor>)`). One hidden in a type it names (`Ctx<'_>`) is
 /// not seen: a lifetime alone says nothing of mutability (`Cow<'_, str>`, `nn::Path<'_>`), and

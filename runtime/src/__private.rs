@@ -308,6 +308,16 @@ impl Tensors for SharedUnseen {
     }
 }
 
+/// A `&mut` passed for an owned generic argument: named in the report as not inspected.
+#[derive(Debug)]
+pub struct Uninspected(pub(crate) &'static str);
+
+impl Tensors for Uninspected {
+    fn visit(&self, set: &mut StorageSet) {
+        set.add_uninspected(self.0)
+    }
+}
+
 /// An owned argument that shares nothing with the caller: it dies inside the scope.
 #[derive(Debug)]
 pub struct Unshared;

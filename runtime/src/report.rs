@@ -208,10 +208,11 @@ pub struct ScopeReport {
     /// Kept arguments whose type does not implement `Tensors` (seen as holding no tensors).
     pub opaque_kept: Vec<&'static str>,
     /// Kept values gpu-scope could not look into (a lock held elsewhere, a tch type that keeps
-    /// its tensors private): memory nothing else keeps was counted as `not inspected`.
+    /// its tensors private, a `&mut` passed for an owned generic argument): memory nothing
+    /// else keeps was counted as `not inspected`.
     pub uninspected_kept: Vec<&'static str>,
     /// Owned arguments of a `#[gpu_scope]` function whose type borrows from the caller (`ctx:
-    /// Ctx<'_>`): the body consumed them, so what it stored through a `&mut` or a cell in them
+    /// Ctx<'_>`, `cells: Vec<&RefCell<T>>`, `guard: RefMut<T>`): the body consumed them, so what it stored through a `&mut` or a cell in them
     /// could not be searched and is called escaped. A report with escapes names them in a hint.
     pub lending_args: Vec<&'static str>,
     /// Devices on which allocations could not be seen: the report is "not tracked" there
@@ -522,7 +523,8 @@ impl fmt::Display for ScopeReport {
             writeln!(
                 f,
                 "  note: kept {} could not be looked into (a lock held elsewhere, a tch type \
-                 that keeps its tensors private, or an argument the returned borrow holds); \
+                 that keeps its tensors private, an argument the returned borrow holds, or a \
+                 `&mut` passed for an owned generic argument); \
                  memory nothing else keeps was not judged (`not inspected`), not called \
                  escaped (an enclosing scope, if any, judges it)",
                 self.uninspected_kept.join(", ")

@@ -718,7 +718,7 @@ impl Tensors for tch::nn::GRUState {
     }
 }
 
-/// The methods of a pointer or wrapper that is its pointee to a scope (`&mut`, `Box`, `Cow`,
+/// The methods of a pointer or wrapper that is its pointee to a scope (`Box`, `Cow`,
 /// `ManuallyDrop`).
 macro_rules! through_deref {
     () => {
@@ -733,7 +733,18 @@ macro_rules! through_deref {
 }
 
 impl<T: Tensors + ?Sized> Tensors for &mut T {
-    through_deref!();
+    fn visit(&self, set: &mut StorageSet) {
+        (**self).visit(set)
+    }
+
+    /// A `&mut` passed as a generic argument moves into the body, which may store through
+    /// it; the caller's value cannot be reached after it (not even by a reborrow, as a `&mut`
+    /// argument written in the signature is): not inspected, as an owned argument with a
+    /// `&mut` written in its type is.
+    fn __gpu_scope_shared(&self, _: Seal) -> crate::__private::Share {
+        let lent = crate::__private::Uninspected(std::any::type_name::<&mut T>());
+        crate::__private::Share::erase(lent)
+    }
 }
 
 impl<T: Tensors + ?Sized> Tensors for Box<T> {
