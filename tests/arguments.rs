@@ -1022,10 +1022,20 @@ fn fill_impl(mut cache: impl Tensors + AsMut<Vec<Tensor>>, n: i64) -> Result<(),
     Ok(())
 }
 
-/// A `&mut` passed for an owned generic argument bound by `Tensors` moves into the body and
-/// cannot be searched after it: named not inspected (by its type), as a `&mut` written in an
-/// owned argument's type is, not a false escape; a leak beside it is not inspected either.
-/// Passed owned, the value dies in the body as any owned argument does.
+/// A `&mut` hidden by a type alias: the signature shows no `&mut`.
+type Lent<'a> = &'a mut Vec<Tensor>;
+
+#[gpu_scope(on_escape = error)]
+fn fill_alias(cache: Lent, n: i64) -> Result<(), Error> {
+    cache.push(floats(n));
+    Ok(())
+}
+
+/// A `&mut` passed for an owned generic argument bound by `Tensors` (or hidden by a type
+/// alias) moves into the body and cannot be searched after it: named not inspected (by its
+/// type), as a `&mut` written in an owned argument's type is, not a false escape; a leak
+/// beside it is not inspected either. Passed owned, the value dies in the body as any owned
+/// argument does.
 #[test]
 fn a_mut_borrow_passed_for_a_generic_argument_is_named_not_inspected() {
     let _serial = common::serial();
@@ -1040,7 +1050,9 @@ fn a_mut_borrow_passed_for_a_generic_argument_is_named_not_inspected() {
     assert!(report
         .to_string()
         .contains("a `&mut` passed for an owned generic argument"));
-    assert_eq!(cache.len(), 2);
+    fill_alias(&mut cache, 3).unwrap();
+    assert_eq!(last_report().unwrap().held_by(HeldBy::Uninspected), 12);
+    assert_eq!(cache.len(), 3);
     // Passed owned, it dies in the body.
     fill_generic(Vec::new(), 3).unwrap();
     assert!(last_report().unwrap().is_clean());
