@@ -212,8 +212,9 @@ pub struct ScopeReport {
     /// else keeps was counted as `not inspected`.
     pub uninspected_kept: Vec<&'static str>,
     /// Owned arguments of a `#[gpu_scope]` function whose type borrows from the caller (`ctx:
-    /// Ctx<'_>`, `cells: Vec<&RefCell<T>>`, `guard: RefMut<T>`): the body consumed them, so what it stored through a `&mut` or a cell in them
-    /// could not be searched and is called escaped. A report with escapes names them in a hint.
+    /// Ctx<'_>`, `cells: Vec<&RefCell<T>>`, `guard: RefMut<T>`): the body consumed them, so
+    /// what it stored through a `&mut` or a cell in them could not be searched and is called
+    /// escaped. A report with escapes names them in a hint.
     pub lending_args: Vec<&'static str>,
     /// Devices on which allocations could not be seen: the report is "not tracked" there
     /// rather than clean.
