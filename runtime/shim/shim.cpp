@@ -103,17 +103,22 @@ void begin_exit() {
   }
 }
 
-// Runs `f`, which calls into libtorch's accelerator, unless the exit has begun (then the
-// caller's outputs keep their defaults). `first` is the call site's own.
+// `protect(f)` for an `f` that calls into libtorch's accelerator: skipped once the exit has
+// begun (the caller's outputs keep their defaults), counted while under way, and followed by
+// a registration of `begin_exit` after its first call (each call site's lambda is a type of its
+// own, with its own `first`).
 template <typename F>
-void accelerator_call(std::once_flag& first, F&& f) {
-  accelerator_calls.fetch_add(1);
-  struct Done {
-    ~Done() { accelerator_calls.fetch_sub(1); }
-  } done;
-  if (exiting.load()) return;
-  f();
-  std::call_once(first, [] { std::atexit(begin_exit); });
+int accelerator_call(F&& f) noexcept {
+  static std::once_flag first;
+  return protect([&] {
+    accelerator_calls.fetch_add(1);
+    struct Done {
+      ~Done() { accelerator_calls.fetch_sub(1); }
+    } done;
+    if (exiting.load()) return;
+    f();
+    std::call_once(first, [] { std::atexit(begin_exit); });
+  });
 }
 bool try_attach_tracker() noexcept;
 bool accelerator_initialized();
@@ -611,13 +616,10 @@ void gs_tensor_weak_free(void* weak) noexcept { delete static_cast<WeakTensor*>(
 int gs_accelerator(int* dev_type, int* count) noexcept {
   *dev_type = -1;
   *count = 0;
-  return protect([&] {
-    static std::once_flag first;
-    accelerator_call(first, [&] {
-      auto acc = accelerator();
-      *dev_type = acc ? static_cast<int>(*acc) : -1;
-      *count = acc ? static_cast<int>(at::accelerator::deviceCount()) : 0;
-    });
+  return accelerator_call([&] {
+    auto acc = accelerator();
+    *dev_type = acc ? static_cast<int>(*acc) : -1;
+    *count = acc ? static_cast<int>(at::accelerator::deviceCount()) : 0;
   });
 }
 
@@ -626,30 +628,24 @@ int gs_accelerator_initialized(int* initialized) noexcept {
 }
 
 int gs_empty_cache(void) noexcept {
-  return protect([] {
-    static std::once_flag first;
-    accelerator_call(first, [] {
-      empty_cache_calls.fetch_add(1, std::memory_order_relaxed);
-      at::accelerator::emptyCache();
-    });
+  return accelerator_call([] {
+    empty_cache_calls.fetch_add(1, std::memory_order_relaxed);
+    at::accelerator::emptyCache();
   });
 }
 
 int gs_device_stats_unchecked(int dev_index, int64_t* allocated, int64_t* reserved,
                               int64_t* peak, int64_t* releasable) noexcept {
   *allocated = *reserved = *peak = *releasable = 0;
-  return protect([&] {
-    static std::once_flag first;
-    accelerator_call(first, [&] {
-      auto stats = at::accelerator::getDeviceStats(static_cast<c10::DeviceIndex>(dev_index));
-      constexpr auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-      *allocated = stats.allocated_bytes[all].current;
-      *reserved = stats.reserved_bytes[all].current;
-      *peak = stats.allocated_bytes[all].peak;
-      // Free bytes inside segments that are partly in use cannot be released.
-      *releasable = stats.reserved_bytes[all].current - stats.active_bytes[all].current -
-                    stats.inactive_split_bytes[all].current;
-    });
+  return accelerator_call([&] {
+    auto stats = at::accelerator::getDeviceStats(static_cast<c10::DeviceIndex>(dev_index));
+    constexpr auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    *allocated = stats.allocated_bytes[all].current;
+    *reserved = stats.reserved_bytes[all].current;
+    *peak = stats.allocated_bytes[all].peak;
+    // Free bytes inside segments that are partly in use cannot be released.
+    *releasable = stats.reserved_bytes[all].current - stats.active_bytes[all].current -
+                  stats.inactive_split_bytes[all].current;
   });
 }
 
@@ -666,59 +662,45 @@ int gs_device_stats(int dev_index, int64_t* allocated, int64_t* reserved, int64_
 }
 
 int gs_reset_peak(int dev_index) noexcept {
-  return protect([&] {
-    if (!accelerator_initialized()) return;
-    static std::once_flag first;
-    accelerator_call(first, [&] {
+  return accelerator_call([&] {
+    if (accelerator_initialized()) {
       at::accelerator::resetPeakStats(static_cast<c10::DeviceIndex>(dev_index));
-    });
+    }
   });
 }
 
 int gs_memory_info(int dev_index, uint64_t* free_bytes, uint64_t* total_bytes) noexcept {
   *free_bytes = *total_bytes = 0;
-  return protect([&] {
-    static std::once_flag first;
-    accelerator_call(first, [&] {
-      auto [free, total] =
-          at::accelerator::getMemoryInfo(static_cast<c10::DeviceIndex>(dev_index));
-      *free_bytes = free;
-      *total_bytes = total;
-    });
+  return accelerator_call([&] {
+    auto [free, total] = at::accelerator::getMemoryInfo(static_cast<c10::DeviceIndex>(dev_index));
+    *free_bytes = free;
+    *total_bytes = total;
   });
 }
 
 int gs_workspaces(void (*visit)(void* ctx, const void* ptr, int dev_index, const char* kind),
                   void* ctx) noexcept {
-  return protect([&] {
+  return accelerator_call([&] {
     const gpu_scope::Backend* b = gpu_scope::backend();
-    if (b == nullptr || b->workspaces == nullptr) return;
-    static std::once_flag first;
-    accelerator_call(first, [&] { b->workspaces(visit, ctx); });
+    if (b != nullptr && b->workspaces != nullptr) b->workspaces(visit, ctx);
   });
 }
 
 int gs_clear_workspaces(void) noexcept {
-  return protect([] {
+  return accelerator_call([] {
     const gpu_scope::Backend* b = gpu_scope::backend();
-    if (b == nullptr || b->clear_workspaces == nullptr) return;
-    static std::once_flag first;
-    accelerator_call(first, [&] { b->clear_workspaces(); });
+    if (b != nullptr && b->clear_workspaces != nullptr) b->clear_workspaces();
   });
 }
 
 int gs_autocast_clear(int* cleared) noexcept {
-  return protect([&] {
-    *cleared = 0;
-    static std::once_flag first;
-    accelerator_call(first, [&] {
-      auto acc = accelerator();
-      if (acc && at::autocast::is_autocast_enabled(*acc) &&
-          at::autocast::is_autocast_cache_enabled()) {
-        at::autocast::clear_cache();
-        *cleared = 1;
-      }
-    });
+  *cleared = 0;
+  return accelerator_call([&] {
+    auto acc = accelerator();
+    if (acc && at::autocast::is_autocast_enabled(*acc) && at::autocast::is_autocast_cache_enabled()) {
+      at::autocast::clear_cache();
+      *cleared = 1;
+    }
   });
 }
 
@@ -742,24 +724,21 @@ static int probe_device(c10::DeviceType type) {
 
 int gs_probe_reports(int* reported) noexcept {
   *reported = -1;
-  return protect([&] {
-    static std::once_flag first;
-    accelerator_call(first, [&] {
-      c10::DeviceType type = accelerator_type();
-      const int dev_index = probe_device(type);
-      if (dev_index < 0) return;
-      probing = true;
-      probe_seen = false;
-      try {
-        c10::DeviceGuard guard(c10::Device(type, static_cast<c10::DeviceIndex>(dev_index)));
-        c10::DataPtr block = c10::GetAllocator(type)->allocate(1);
-      } catch (...) {
-        probing = false;
-        throw;
-      }
+  return accelerator_call([&] {
+    c10::DeviceType type = accelerator_type();
+    const int dev_index = probe_device(type);
+    if (dev_index < 0) return;
+    probing = true;
+    probe_seen = false;
+    try {
+      c10::DeviceGuard guard(c10::Device(type, static_cast<c10::DeviceIndex>(dev_index)));
+      c10::DataPtr block = c10::GetAllocator(type)->allocate(1);
+    } catch (...) {
       probing = false;
-      *reported = probe_seen ? 1 : 0;
-    });
+      throw;
+    }
+    probing = false;
+    *reported = probe_seen ? 1 : 0;
   });
 }
 
