@@ -1117,6 +1117,33 @@ impl Weights {
         }
         Ok(&self.w)
     }
+
+    /// A pinned receiver lends the elided return lifetime as `&self` does.
+    #[gpu_scope(on_escape = error)]
+    fn pinned_weight(
+        self: Pin<&Self>,
+        cache: &mut Vec<Tensor>,
+        leak: bool,
+    ) -> Result<&Tensor, Error> {
+        cache.push(floats(2));
+        if leak {
+            SINK.lock().unwrap().push(floats(5));
+        }
+        Ok(&self.get_ref().w)
+    }
+
+    #[gpu_scope(on_escape = error)]
+    fn pinned_mut_weight(
+        self: Pin<&mut Self>,
+        cache: &mut Vec<Tensor>,
+        leak: bool,
+    ) -> Result<&Tensor, Error> {
+        cache.push(floats(2));
+        if leak {
+            SINK.lock().unwrap().push(floats(5));
+        }
+        Ok(&self.get_mut().w)
+    }
 }
 
 #[gpu_scope(on_escape = error)]
@@ -1143,6 +1170,30 @@ fn a_mut_argument_the_elided_return_lifetime_cannot_borrow_is_searched() {
     // A body that moves a `&mut` argument (`for t in xs`) gets a reborrow of it.
     kept(double_all(&mut cache));
     assert_eq!(cache.len(), 2);
+    let mut weights = weights;
+    for leak in [false, true] {
+        let before = cache.len();
+        let shared = Pin::new(&weights)
+            .pinned_weight(&mut cache, leak)
+            .map(|w| w.size());
+        let report = last_report().unwrap();
+        assert_eq!(shared.is_err(), leak, "{report}");
+        assert!(report.uninspected_kept.is_empty(), "{report}");
+        assert_eq!(report.escaped_bytes, if leak { 20 } else { 0 }, "{report}");
+        let unique = Pin::new(&mut weights)
+            .pinned_mut_weight(&mut cache, leak)
+            .map(|w| w.size());
+        // `self` holds the returned `&mut` borrow and is not searched; `cache` is.
+        let report = last_report().unwrap();
+        assert!(unique.is_ok(), "{report}");
+        assert_eq!(report.kept, 8, "{report}");
+        assert!(
+            !report.uninspected_kept.concat().contains("cache"),
+            "{report}"
+        );
+        assert_eq!(cache.len(), before + 2);
+        SINK.lock().unwrap().clear();
+    }
 }
 
 /// Holds a borrow that a scoped function hands on.

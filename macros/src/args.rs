@@ -162,12 +162,12 @@ pub(crate) fn classify(sig: &mut Signature, body: &Block, options: &TokenStream)
         ),
         ReturnType::Default => (false, false, false, false),
     };
-    // With a `&self` or `&mut self` receiver, a return type whose lifetimes are all elided
-    // borrows from the receiver only (lifetime elision): the other arguments can be searched.
-    let by_reference = sig.inputs.iter().any(|a| match a {
-        FnArg::Receiver(r) => matches!(types::strip_parens(&r.ty), Type::Reference(_)),
-        FnArg::Typed(_) => false,
-    });
+    // With a borrowed receiver (`&self`, `&mut self`, `self: Pin<&Self>`, ...), a return type
+    // whose lifetimes are all elided borrows from the receiver only (lifetime elision): the
+    // other arguments can be searched.
+    let by_reference = sig
+        .receiver()
+        .is_some_and(|r| !matches!(types::receiver(&r.ty), Receiver::Owned));
     let stored = storable(sig);
     let receiver = Borrows {
         named: may_borrow,
