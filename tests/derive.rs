@@ -254,10 +254,11 @@ struct Cache<K: std::hash::Hash + Eq + Ord, S = std::hash::RandomState> {
 }
 
 /// What else the std impls do not search needs nothing: a `Result`'s error type, a
-/// `HashSet`'s hasher, a `std::cell::Cell`'s `Copy` value, a `PhantomData` inside another type.
+/// `HashSet`'s hasher, a `PhantomData` inside another type; a `std::cell::Cell` needs what
+/// its impl does (`Cell<C>: Tensors`, that is `C: Copy`), which the struct need not write.
 /// A bare `Cell` is taken for a type of one's own (an RNN's cell), whose parameters are bounded.
 #[derive(Tensors)]
-struct Unsearched<E, S, C: Copy, U> {
+struct Unsearched<E, S, C, U> {
     outcome: Result<Tensor, E>,
     handles: std::collections::HashSet<u64, S>,
     counter: std::cell::Cell<C>,

@@ -170,17 +170,26 @@ fn searched_arguments(path: &syn::Path) -> Option<(&GenericArguments, &'static [
         | ["Result"]
         | ["result", "Result"]
         | ["std" | "core", "result", "Result"] => &[0],
-        ["cell", "Cell"]
-        | ["std" | "core", "cell", "Cell"]
-        | ["PhantomData"]
-        | ["marker", "PhantomData"]
-        | ["std" | "core", "marker", "PhantomData"] => &[],
+        _ if is_std_cell(path) => &[],
+        ["PhantomData"] | ["marker", "PhantomData"] | ["std" | "core", "marker", "PhantomData"] => {
+            &[]
+        }
         _ => return None,
     };
     match &path.segments.last()?.arguments {
         syn::PathArguments::AngleBracketed(args) => Some((&args.args, searched)),
         _ => None,
     }
+}
+
+/// `std::cell::Cell` written with its path (a bare `Cell` is often a type of one's own).
+fn is_std_cell(path: &syn::Path) -> bool {
+    let names: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    matches!(
+        names[..],
+        ["cell", "Cell"] | ["std" | "core", "cell", "Cell"]
+    )
 }
 
 type GenericArguments = syn::punctuated::Punctuated<syn::GenericArgument, Token![,]>;
@@ -222,6 +231,10 @@ fn visited_params(input: &DeriveInput) -> syn::Result<Needs> {
             let qself = ty.qself.as_ref().map(|q| q.ty.as_ref());
             match qself {
                 Some(q) if names(self.0, quote!(#q)) => {
+                    self.1.associated(syn::Type::Path(ty.clone()))
+                }
+                // A `Cell`'s impl asks its value to be `Copy`: the bound goes on the cell.
+                None if is_std_cell(&ty.path) && names(self.0, quote!(#ty)) => {
                     self.1.associated(syn::Type::Path(ty.clone()))
                 }
                 _ => syn::visit::visit_type_path(self, ty),
