@@ -425,6 +425,39 @@ fn autograd_off_names_the_scope_that_turned_it_off() {
     assert_eq!(hint.matches("training.rs:").count(), 1, "{hint}");
 }
 
+/// Autograd turned on again inside the scope (`tch::with_grad`) where a tensor that never
+/// required grad fails backward: the hint does not say it ran with autograd off.
+#[test]
+fn autograd_on_again_inside_is_not_called_off() {
+    let at = std::panic::Location::caller();
+    if in_child() {
+        let _ = scope(ScopeOptions::new("on-again").location(at), || {
+            tch::with_grad(|| {
+                let x = Tensor::ones([2, 4], (Kind::Float, Device::Cpu));
+                (x * 2).sum(Kind::Float).backward();
+            })
+        });
+        return;
+    }
+    let out = child("autograd_on_again_inside_is_not_called_off", &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("does not require grad"), "{stderr}");
+    assert!(!stderr.contains("this ran with autograd off"), "{stderr}");
+    let hint = stderr
+        .lines()
+        .find(|l| l.contains("gpu-scope: autograd is on here, but was turned off around it"))
+        .unwrap_or_else(|| panic!("no hint: {stderr}"));
+    assert!(
+        hint.contains("if the tensor was computed while it was off"),
+        "{hint}"
+    );
+    assert!(
+        hint.contains(&format!("{}:{}", at.file(), at.line())),
+        "{hint}"
+    );
+}
+
 /// Work carried to another thread with a handle runs with the scope's autograd mode: a panic
 /// there for want of autograd gets the hint too, naming the scope that turned it off.
 #[test]

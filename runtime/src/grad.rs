@@ -110,14 +110,17 @@ fn install_hint() {
                 .unwrap_or("");
             let off = OFF.try_with(|o| o.borrow().clone()).unwrap_or_default();
             if !off.is_empty() && SIGNS.iter().any(|s| message.contains(s)) {
-                eprintln!("{}", hint(&off));
+                // Turned on again inside (`tch::with_grad`): the tensor may have been computed
+                // there, or before, with it off.
+                eprintln!("{}", hint(&off, mode() != 0));
             }
         }));
     });
 }
 
-/// The line added to such errors: which scopes turned autograd off (`off`, outermost first).
-fn hint(off: &[Place]) -> String {
+/// The line added to such errors: which scopes turned autograd off (`off`, outermost first),
+/// and whether it is on again where the error happened (`on_here`).
+fn hint(off: &[Place], on_here: bool) -> String {
     // Each once: work carried in with a handle on a thread where its scope is open adds the
     // scope's place again.
     let mut places: Vec<String> = Vec::new();
@@ -126,9 +129,17 @@ fn hint(off: &[Place]) -> String {
             places.push(place);
         }
     }
+    let ran = match on_here {
+        false => "this ran with autograd off, turned off by",
+        true => "autograd is on here, but was turned off around it by",
+    };
+    let cause = match on_here {
+        false => "",
+        true => "if the tensor was computed while it was off, ",
+    };
     format!(
-        "gpu-scope: this ran with autograd off, turned off by the scope(s) opened at {} (scopes \
-         turn autograd off by default, for inference); for training code give each of them the \
+        "gpu-scope: {ran} the scope(s) opened at {} (scopes turn autograd off by default, for \
+         inference); {cause}for training code give each of them the \
          `keep_grad` option (`#[gpu_scope(keep_grad)]`, `scope!(keep_grad, {{ .. }})` or \
          `ScopeOptions::keep_grad_mode(true)`): a `keep_grad` scope inside one of them keeps \
          autograd off",
@@ -147,7 +158,7 @@ mod tests {
         let a = Location::caller();
         let b = Location::caller();
         let line = |l: Place| format!("{}:{}", l.file(), l.line());
-        let text = hint(&[a, b, a]);
+        let text = hint(&[a, b, a], false);
         assert_eq!(text.matches(&line(a)).count(), 1, "{text}");
         assert_eq!(text.matches(&line(b)).count(), 1, "{text}");
         assert!(
