@@ -13,6 +13,18 @@
 # For the default, does nothing when you set LIBTORCH or LIBTORCH_USE_PYTORCH yourself.
 set -euo pipefail
 cd "$(dirname "$0")"
+# The build needs Rust 1.88+ (what Cargo.lock's versions ask) and a C++17 compiler (gpu-scope's
+# shim and torch-sys are C++): said here, before the install, rather than by the build.
+rust=$({ rustc --version 2>/dev/null || true; } | sed -n 's/^rustc 1\.\([0-9]*\)\..*/\1/p')
+if [ -z "$rust" ] || [ "$rust" -lt 88 ]; then
+  found=${rust:+1.$rust}
+  echo "setup: need Rust 1.88 or newer, found ${found:-none} (https://rustup.rs; rustup update)" >&2
+  exit 1
+fi
+if ! command -v "${CXX:-c++}" >/dev/null; then
+  echo "setup: need a C++17 compiler as ${CXX:-c++} (e.g. apt-get install g++), or CXX set to one" >&2
+  exit 1
+fi
 default=0.26
 tch=${1:-$default}
 case $tch in
