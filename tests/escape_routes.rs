@@ -199,3 +199,38 @@ fn a_leak_under_300_lenient_nested_scopes() {
     assert_one_escape(&report, 70);
     DEEP.lock().unwrap().clear();
 }
+
+/// TorchScript's `fork` runs its function on an inter-op thread that inherits the scope
+/// (`at::launch`). That thread lets go of its task, and of the result the task still holds,
+/// just after `wait` has handed the result over: a result the body dropped is freed, not
+/// escaped, however the threads are scheduled; one the model stores for later is caught.
+#[test]
+fn a_torchscript_fork_result_dropped_in_the_scope_is_freed_not_escaped() {
+    let _serial = common::serial();
+    // torch.jit.script of a module whose `forward(x)` is `wait(fork(twice, x))`, `twice(x)`
+    // being `x * 2`, and whose `remember(x)` stores `wait(fork(twice, x))` in a buffer and
+    // returns `x` (made by tests/fixtures/fork.py).
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/fork.pt");
+    let model = tch::CModule::load(path).unwrap();
+    let x = common::cpu_floats(64);
+    // Its graphs are optimized at their first call, outside scopes (README, Limits).
+    drop(model.forward_ts(&[&x]).unwrap());
+    drop(model.method_ts("remember", &[&x]).unwrap());
+    std::thread::scope(|threads| {
+        for _ in 0..4 {
+            let (model, x) = (&model, x.shallow_clone());
+            threads.spawn(move || {
+                for _ in 0..50 {
+                    let run = || drop(model.forward_ts(&[&x]).unwrap());
+                    let ((), report) = scope(strict("fork"), run).unwrap();
+                    assert_eq!(report.freed, report.allocated, "{report}");
+                }
+            });
+        }
+    });
+    let report = escaped(scope(strict("fork-stored"), || {
+        model.method_ts("remember", &[&x]).unwrap()
+    }));
+    assert_eq!(report.escaped_bytes, 256, "{report}");
+    assert_eq!(report.escaped[0].operator, Some("aten::mul"), "{report}");
+}

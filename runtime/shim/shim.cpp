@@ -77,6 +77,14 @@ thread_local size_t pending_requested = 0;
 // stack: later outermost scopes reinstall it as it is (what a push would build again) instead
 // of allocating a node per scope.
 thread_local std::shared_ptr<c10::ThreadLocalDebugInfo> reporter_node;
+// The node that holds the thread's reporter while its scopes are open, and its references
+// when no other thread holds a copy of the thread's libtorch state (the fewest seen since it
+// was installed): at::launch tasks (TorchScript's fork) and autograd's threads take one.
+struct Installed {
+  std::weak_ptr<c10::ThreadLocalDebugInfo> node;
+  long refs = 0;
+};
+thread_local Installed installed;
 // gs_probe_reports is allocating: reports go to it, not to Rust.
 thread_local bool probing = false;
 thread_local bool probe_seen = false;
@@ -481,9 +489,16 @@ int gs_thread_enter(const void* owner, int* stepped_aside) noexcept {
       bool bare = Info::current() == nullptr;
       if (bare && reporter_node != nullptr) {
         Info::_forceCurrentDebugInfo(reporter_node);
+        Installed& i = installed;
+        if (i.node.owner_before(reporter_node) || reporter_node.owner_before(i.node)) {
+          i.node = reporter_node;
+        }
+        i.refs = i.node.use_count();
       } else {
         Info::_push(c10::DebugInfoKind::PROFILER_STATE, reporter);
         if (bare) reporter_node = Info::current();
+        installed.node = Info::current();
+        installed.refs = installed.node.use_count();
       }
     } else if (top != reporter.get()) {
       // A profiler (or another reporter) holds the slot: never push over it.
@@ -531,6 +546,33 @@ int gs_thread_leave(void) noexcept {
     }
     try_attach_tracker();
   });
+}
+
+void gs_await_inherited(int max_ms) noexcept {
+  // Nothing here throws: no `protect`, on every scope's exit.
+  Installed& i = installed;
+  long refs = i.node.use_count();
+  if (refs <= i.refs) {
+    i.refs = refs;
+    return;
+  }
+  // A task lets go of its copy when its function object is destroyed, after it handed its
+  // result over (TorchScript's `wait` returns before the task's own reference to the result
+  // is dropped): what it frees then is the scope's, and must be seen before the check.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(max_ms);
+  for (int round = 0; (refs = i.node.use_count()) > i.refs; ++round) {
+    if (std::chrono::steady_clock::now() >= until) {
+      // Held for longer (a task still running, a future's callback): not waited for again.
+      i.refs = refs;
+      break;
+    }
+    if (round < 64) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  std::atomic_thread_fence(std::memory_order_acquire);
 }
 
 int gs_set_grad_enabled(int enabled, int* previous) noexcept {

@@ -62,6 +62,9 @@ int gs_ops_end(uint64_t callback) GS_NOEXCEPT;
 int gs_attach_tracker(int* attached) GS_NOEXCEPT;
 // The thread's last scope closes: removes what gs_thread_enter installed.
 int gs_thread_leave(void) GS_NOEXCEPT;
+// Waits up to max_ms for the copies of this thread's libtorch state that other threads took
+// while its scopes were open (at::launch tasks, autograd's threads) to be let go of.
+void gs_await_inherited(int max_ms) GS_NOEXCEPT;
 int gs_set_grad_enabled(int enabled, int* previous) GS_NOEXCEPT;
 // Whether autograd is on for this thread.
 int gs_grad_enabled(void) GS_NOEXCEPT;

@@ -36,6 +36,7 @@ extern "C" {
     fn gs_ops_begin(callback: *mut u64) -> c_int;
     fn gs_ops_end(callback: u64) -> c_int;
     fn gs_thread_leave() -> c_int;
+    fn gs_await_inherited(max_ms: c_int);
     fn gs_attach_tracker(attached: *mut c_int) -> c_int;
     pub(crate) fn gs_set_grad_enabled(enabled: c_int, previous: *mut c_int) -> c_int;
     pub(crate) fn gs_grad_enabled() -> c_int;
@@ -145,6 +146,15 @@ pub(crate) fn thread_leave() {
     // SAFETY: no arguments. Removing only fails if libtorch is broken, and then nothing better
     // than leaving the reporter in place can be done.
     let _ = check(unsafe { gs_thread_leave() });
+}
+
+/// Waits (100 ms at most) for libtorch's threads that inherited this thread's scope with its
+/// thread-local state (`at::launch` tasks such as TorchScript's `fork`, autograd's threads) to
+/// let go of their task, and so of what it still held: a task hands its result over before it
+/// drops its own reference to it.
+pub(crate) fn await_inherited() {
+    // SAFETY: no pointers; it throws nothing.
+    unsafe { gs_await_inherited(100) }
 }
 
 /// Installs the operator callback of attribution on this thread; its handle, or `None`.

@@ -214,6 +214,7 @@ impl OpenScope {
         // closes it.
         let (mut untracked, mut uninspected) = (Vec::new(), Vec::new());
         let mut closed = if checked {
+            ffi::await_inherited();
             let mut check = Check::prepare(&self.frame, kept, self.graph_since(kept));
             // An async scope finishing where it runs hands its output only to the scopes that
             // were also open at its first poll; what it leaves alive goes to all around it.
