@@ -239,12 +239,16 @@ fn torchscript_values_and_std_cells_are_kept() {
         let value = IValue::Tuple(vec![
             IValue::Tensor(floats(1)),
             IValue::TensorList(vec![floats(2)]),
-            IValue::GenericDict(vec![(IValue::Int(0), IValue::Tensor(floats(3)))]),
+            IValue::GenericDict(vec![
+                (IValue::Int(0), IValue::Tensor(floats(3))),
+                // A TorchScript dict's keys can be tensors: searched too.
+                (IValue::Tensor(floats(7)), IValue::Int(1)),
+            ]),
             IValue::GenericList(vec![IValue::Tensor(floats(4)), IValue::Double(1.0)]),
         ]);
         (value, shared, weak, once)
     }));
-    let expected: u64 = [4, 8, 12, 16, 20, 24].into_iter().map(block).sum();
+    let expected: u64 = [4, 8, 12, 16, 20, 24, 28].into_iter().map(block).sum();
     assert_eq!(on(&report).kept, expected);
 }
 
