@@ -48,27 +48,74 @@ impl Row {
     }
 }
 
+const USAGE: &str = "usage: overhead [--only NAME[,NAME..]] | --repeat WHAT N [WIDTH] | --help
+  --only NAME      the rows whose benchmark name contains NAME (mlp, threads, empty scope,
+                   exit cost, threads after a leak, model switch, outside, pytorch, gpu)
+  --repeat WHAT N  one workload N times in one function, for callgrind: unscoped, scoped,
+                   empty, nested, exit, switch-unscoped or switch-scoped; WIDTH: the MLP's";
+
+/// Says what was wrong with the command line, and how it goes; exits with 2.
+fn usage(problem: &str) -> ! {
+    eprintln!("overhead: {problem}\n{USAGE}");
+    std::process::exit(2)
+}
+
+/// The argument after `flag`, parsed.
+fn value<T: std::str::FromStr>(args: &[String], i: usize, what: &str) -> T {
+    match args.get(i).map(|a| a.parse()) {
+        Some(Ok(v)) => v,
+        Some(Err(_)) => usage(&format!("{what} must be a whole number, not `{}`", args[i])),
+        None => usage(&format!("{what} is missing")),
+    }
+}
+
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
+    // `cargo bench` adds `--bench`, which runs the table as without it.
+    let args: Vec<String> = std::env::args().filter(|a| a != "--bench").collect();
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return;
+    }
     if let Some(i) = args.iter().position(|a| a == "--child") {
         rows::child(&args[i + 1]);
         return;
     }
     if let Some(i) = args.iter().position(|a| a == "--repeat") {
-        let width = args
-            .get(i + 3)
-            .map_or(256, |w| w.parse().expect("--repeat WHAT N WIDTH"));
-        rows::repeat(
-            &args[i + 1],
-            args[i + 2].parse().expect("--repeat WHAT N"),
-            width,
-        );
+        let what = args
+            .get(i + 1)
+            .unwrap_or_else(|| usage("--repeat needs WHAT and N"));
+        let n = value(&args, i + 2, "--repeat's N");
+        let width = match args.get(i + 3) {
+            Some(_) => value(&args, i + 3, "--repeat's WIDTH"),
+            None => 256,
+        };
+        rows::repeat(what, n, width);
         return;
     }
-    let only = args
+    let only = match args.iter().position(|a| a == "--only") {
+        Some(i) => match args.get(i + 1) {
+            Some(o) => Some(o.clone()),
+            None => usage("--only needs a NAME"),
+        },
+        None => None,
+    };
+    if let Some(a) = args
         .iter()
-        .position(|a| a == "--only")
-        .map(|i| args[i + 1].clone());
+        .skip(1)
+        .find(|a| a.starts_with('-') && *a != "--only")
+    {
+        usage(&format!("unknown argument `{a}`"));
+    }
+    let chosen = |name: &str| {
+        only.as_ref()
+            .is_none_or(|o| o.split(',').any(|o| name.contains(o)))
+    };
+    if !rows::ALL.iter().any(|(name, _)| chosen(name)) {
+        usage(&format!(
+            "no benchmark's name contains `{}`",
+            only.unwrap_or_default()
+        ));
+    }
     // A worker thread that panics would leave the others waiting at a barrier forever.
     let report = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -79,10 +126,7 @@ fn main() {
     tch::manual_seed(0);
     let mut table = vec![];
     for (name, bench) in rows::ALL {
-        if only
-            .as_ref()
-            .is_some_and(|o| !o.split(',').any(|o| name.contains(o)))
-        {
+        if !chosen(name) {
             continue;
         }
         eprintln!("running {name} ...");
