@@ -17,9 +17,11 @@ pub fn split_values(args: impl IntoIterator<Item = String>) -> Vec<String> {
 
 /// A whole number of at least 1 for `flag`.
 pub fn count(flag: &str, value: &str) -> Result<usize, String> {
+    let too_large = || Err(format!("{flag} {value} is too large"));
     match value.parse::<u64>() {
         Ok(n) if n >= 1 && i64::try_from(n).is_ok() => Ok(n as usize),
-        Ok(n) if n >= 1 => Err(format!("{flag} {value} is too large")),
+        Ok(n) if n >= 1 => too_large(),
+        Err(e) if *e.kind() == std::num::IntErrorKind::PosOverflow => too_large(),
         _ => Err(format!(
             "{flag} needs a whole number of at least 1, not `{value}`"
         )),

@@ -42,7 +42,13 @@ fn weights(dir: &Path, kind: Kind) -> PathBuf {
 
 /// Saves each model's weights once, as a service's model registry would hold them.
 fn save_models(cfg: &Config) -> DemoResult<()> {
-    std::fs::create_dir_all(&cfg.weights)?;
+    std::fs::create_dir_all(&cfg.weights).map_err(|e| {
+        let dir = cfg.weights.display();
+        format!(
+            "cannot make the folder for the models' weights, {dir}: {e} (set TMPDIR to a \
+             writable folder)"
+        )
+    })?;
     for kind in models::ALL {
         let vs = nn::VarStore::new(cfg.device);
         let _model = kind.build(&vs.root());
