@@ -56,7 +56,7 @@ fn run(i: u64, depth: u64, tally: &mut Tally) -> (Tensor, u64) {
     drop(floats(16));
     let kept = floats(2);
     gpu_scope::keep(&kept);
-    let plant = (i + depth) % 97 == 0;
+    let plant = (i + depth).is_multiple_of(97);
     if plant {
         LEAKED.lock().unwrap().push(floats(3));
         tally.planted += 1;

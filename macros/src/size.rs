@@ -70,8 +70,16 @@ mod tests {
         assert_eq!(parse_size("512 MiB"), Ok(512 << 20));
         assert_eq!(parse_size("2GiB"), Ok(2 << 30));
         assert_eq!(parse_size("1.5 KB"), Ok(1500));
-        assert_eq!(parse_size("0.3 KiB"), Ok(307), "rounded to the nearest byte");
-        assert_eq!(parse_size("0.0005 KB"), Ok(1), "rounded to the nearest byte");
+        assert_eq!(
+            parse_size("0.3 KiB"),
+            Ok(307),
+            "rounded to the nearest byte"
+        );
+        assert_eq!(
+            parse_size("0.0005 KB"),
+            Ok(1),
+            "rounded to the nearest byte"
+        );
         assert_eq!(parse_size("7"), Ok(7));
         assert_eq!(parse_size("1_000_000"), Ok(1_000_000));
         assert_eq!(parse_size("1_024 KiB"), Ok(1 << 20));
