@@ -1,9 +1,10 @@
 //! Every way memory can leave a scope unkept is caught, with the right bytes.
 mod common;
 use common::{assert_one_escape, escaped, floats, strict};
-use gpu_scope::scope;
+use gpu_scope::{scope, Error, ScopeHandle};
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::mpsc::Sender;
 use std::sync::Mutex;
 use tch::Tensor;
 
@@ -200,6 +201,24 @@ fn a_leak_under_300_lenient_nested_scopes() {
     DEEP.lock().unwrap().clear();
 }
 
+/// tests/fixtures/fork.pt, its graphs optimized at their first call, outside scopes (README,
+/// Limits), and an input.
+fn forking_model() -> (&'static tch::CModule, Tensor) {
+    static MODEL: std::sync::OnceLock<tch::CModule> = std::sync::OnceLock::new();
+    let x = common::cpu_floats(64);
+    let model = MODEL.get_or_init(|| {
+        // torch.jit.script of a module whose `forward(x)` is `wait(fork(twice, x))`, `twice(x)`
+        // being `x * 2`, and whose `remember(x)` stores `wait(fork(twice, x))` in a buffer
+        // and returns `x` (made by tests/fixtures/fork.py).
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/fork.pt");
+        let model = tch::CModule::load(path).unwrap();
+        drop(model.forward_ts(&[&x]).unwrap());
+        drop(model.method_ts("remember", &[&x]).unwrap());
+        model
+    });
+    (model, x)
+}
+
 /// TorchScript's `fork` runs its function on an inter-op thread that inherits the scope
 /// (`at::launch`). That thread lets go of its task, and of the result the task still holds,
 /// just after `wait` has handed the result over: a result the body dropped is freed, not
@@ -207,18 +226,10 @@ fn a_leak_under_300_lenient_nested_scopes() {
 #[test]
 fn a_torchscript_fork_result_dropped_in_the_scope_is_freed_not_escaped() {
     let _serial = common::serial();
-    // torch.jit.script of a module whose `forward(x)` is `wait(fork(twice, x))`, `twice(x)`
-    // being `x * 2`, and whose `remember(x)` stores `wait(fork(twice, x))` in a buffer and
-    // returns `x` (made by tests/fixtures/fork.py).
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/fork.pt");
-    let model = tch::CModule::load(path).unwrap();
-    let x = common::cpu_floats(64);
-    // Its graphs are optimized at their first call, outside scopes (README, Limits).
-    drop(model.forward_ts(&[&x]).unwrap());
-    drop(model.method_ts("remember", &[&x]).unwrap());
+    let (model, x) = forking_model();
     std::thread::scope(|threads| {
         for _ in 0..4 {
-            let (model, x) = (&model, x.shallow_clone());
+            let x = x.shallow_clone();
             threads.spawn(move || {
                 for _ in 0..50 {
                     let run = || drop(model.forward_ts(&[&x]).unwrap());
@@ -233,4 +244,72 @@ fn a_torchscript_fork_result_dropped_in_the_scope_is_freed_not_escaped() {
     }));
     assert_eq!(report.escaped_bytes, 256, "{report}");
     assert_eq!(report.escaped[0].operator, Some("aten::mul"), "{report}");
+}
+
+/// Takes the model from where a service would keep it, not as an argument (searching one
+/// takes long enough to hide the race).
+#[gpu_scope::gpu_scope(on_escape = error)]
+async fn fork_and_drop(x: Tensor, suspend: bool) -> Result<(), Error> {
+    if suspend {
+        tokio::task::yield_now().await;
+    }
+    drop(forking_model().0.forward_ts(&[x]).unwrap());
+    Ok(())
+}
+
+/// The same in `async fn` scopes, each of which ends where its last poll ran (on three threads
+/// at once, as a busy service runs them).
+#[test]
+fn a_torchscript_fork_result_dropped_in_an_async_scope_is_freed_not_escaped() {
+    let _serial = common::serial();
+    let x = forking_model().1;
+    std::thread::scope(|threads| {
+        for _ in 0..3 {
+            let x = x.shallow_clone();
+            threads.spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .unwrap();
+                for i in 0..200 {
+                    let run = fork_and_drop(x.shallow_clone(), i % 2 == 1);
+                    runtime.block_on(run).unwrap();
+                }
+            });
+        }
+    });
+}
+
+/// The same in work carried to other threads with a handle: the scope may end as soon as the
+/// work has returned.
+#[test]
+fn a_torchscript_fork_result_dropped_in_carried_work_is_freed_not_escaped() {
+    let _serial = common::serial();
+    let (model, x) = forking_model();
+    std::thread::scope(|threads| {
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                let (work, rx) = std::sync::mpsc::channel::<(ScopeHandle, Sender<()>)>();
+                let x = x.shallow_clone();
+                threads.spawn(move || {
+                    for (handle, done) in rx {
+                        handle.in_scope(|| drop(model.forward_ts(&[&x]).unwrap()));
+                        done.send(()).unwrap();
+                    }
+                });
+                work
+            })
+            .collect();
+        for _ in 0..200 {
+            let ((), report) = scope(strict("carried fork"), || {
+                let (done, finished) = std::sync::mpsc::channel();
+                for work in &workers {
+                    let handle = gpu_scope::current().unwrap();
+                    work.send((handle, done.clone())).unwrap();
+                }
+                finished.iter().take(workers.len()).for_each(drop);
+            })
+            .unwrap();
+            assert_eq!(report.freed, report.allocated, "{report}");
+        }
+    });
 }

@@ -22,6 +22,7 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/profiler/orchestration/observer.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -77,14 +78,41 @@ thread_local size_t pending_requested = 0;
 // stack: later outermost scopes reinstall it as it is (what a push would build again) instead
 // of allocating a node per scope.
 thread_local std::shared_ptr<c10::ThreadLocalDebugInfo> reporter_node;
-// The node that holds the thread's reporter while its scopes are open, and its references
-// when no other thread holds a copy of the thread's libtorch state (the fewest seen since it
-// was installed): at::launch tasks (TorchScript's fork) and autograd's threads take one.
+// The node that holds the thread's reporter while its scopes are open. Other threads that copy
+// the thread's libtorch state hold it too (at::launch tasks such as TorchScript's fork, and
+// autograd's threads), until their task object is destroyed.
 struct Installed {
   std::weak_ptr<c10::ThreadLocalDebugInfo> node;
-  long refs = 0;
+  // The thread's debug-info chain holds it (it is installed).
+  bool on = false;
+  // Copies held past a wait that gave up on them (the node could not be replaced then).
+  long stale = 0;
 };
 thread_local Installed installed;
+
+// The references to the node that are this thread's own: its chain's, and reporter_node's.
+long own_refs(const Installed& i) {
+  const bool kept = reporter_node != nullptr && !i.node.owner_before(reporter_node) &&
+                    !reporter_node.owner_before(i.node);
+  return (i.on ? 1 : 0) + (kept ? 1 : 0);
+}
+
+// After a wait that gave up: the node, still on top of the thread's chain, is replaced by a
+// fresh one holding the same reporter, so that later scopes wait only for copies of the new
+// one. Where something sits above it, the copies left are remembered instead.
+void replace_node(Installed& i, long extra) {
+  using Info = c10::ThreadLocalDebugInfo;
+  auto node = i.node.lock();
+  if (!i.on || node == nullptr || Info::current() != node) {
+    i.stale = extra;
+    return;
+  }
+  const bool kept = node == reporter_node;
+  Info::_push(c10::DebugInfoKind::PROFILER_STATE, Info::_pop(c10::DebugInfoKind::PROFILER_STATE));
+  i.node = Info::current();
+  if (kept) reporter_node = Info::current();
+  i.stale = 0;
+}
 // gs_probe_reports is allocating: reports go to it, not to Rust.
 thread_local bool probing = false;
 thread_local bool probe_seen = false;
@@ -492,13 +520,13 @@ int gs_thread_enter(const void* owner, int* stepped_aside) noexcept {
         Installed& i = installed;
         if (i.node.owner_before(reporter_node) || reporter_node.owner_before(i.node)) {
           i.node = reporter_node;
+          i.stale = 0;
         }
-        i.refs = i.node.use_count();
+        i.on = true;
       } else {
         Info::_push(c10::DebugInfoKind::PROFILER_STATE, reporter);
         if (bare) reporter_node = Info::current();
-        installed.node = Info::current();
-        installed.refs = installed.node.use_count();
+        installed = Installed{Info::current(), true, 0};
       }
     } else if (top != reporter.get()) {
       // A profiler (or another reporter) holds the slot: never push over it.
@@ -543,27 +571,27 @@ int gs_thread_leave(void) noexcept {
       } else {
         Info::_pop(c10::DebugInfoKind::PROFILER_STATE);
       }
+      installed.on = false;
     }
     try_attach_tracker();
   });
 }
 
 void gs_await_inherited(int max_ms) noexcept {
-  // Nothing here throws: no `protect`, on every scope's exit.
   Installed& i = installed;
-  long refs = i.node.use_count();
-  if (refs <= i.refs) {
-    i.refs = refs;
+  long extra = i.node.use_count() - own_refs(i);
+  if (extra <= i.stale) {
+    if (extra < i.stale) i.stale = std::max(extra, 0L);
     return;
   }
   // A task lets go of its copy when its function object is destroyed, after it handed its
   // result over (TorchScript's `wait` returns before the task's own reference to the result
   // is dropped): what it frees then is the scope's, and must be seen before the check.
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(max_ms);
-  for (int round = 0; (refs = i.node.use_count()) > i.refs; ++round) {
+  for (int round = 0; (extra = i.node.use_count() - own_refs(i)) > i.stale; ++round) {
     if (std::chrono::steady_clock::now() >= until) {
-      // Held for longer (a task still running, a future's callback): not waited for again.
-      i.refs = refs;
+      // Held for longer (a task still running): not waited for again.
+      protect([&] { replace_node(i, extra); });
       break;
     }
     if (round < 64) {

@@ -81,7 +81,11 @@ impl ScopeHandle {
     /// casts `f` cached do not outlive the scope.
     pub fn in_scope<R>(&self, f: impl FnOnce() -> R) -> R {
         let _entered = self.enter(None);
-        f()
+        let result = f();
+        // The scope may end as soon as this returns: the tasks `f` launched (TorchScript's
+        // `fork`) let go of what they hold first, as at a scope's own end.
+        ffi::await_inherited();
+        result
     }
 
     /// Puts the scope on this thread, with autograd in the mode of work that `carried` ran
