@@ -21,8 +21,9 @@ if [ -z "$rust" ] || [ "$rust" -lt 88 ]; then
   echo "setup: need Rust 1.88 or newer, found ${found:-none} (https://rustup.rs; rustup update)" >&2
   exit 1
 fi
-if ! command -v "${CXX:-c++}" >/dev/null; then
-  echo "setup: need a C++17 compiler as ${CXX:-c++} (e.g. apt-get install g++), or CXX set to one" >&2
+cxx=${CXX:-c++}
+if ! command -v "${cxx%% *}" >/dev/null; then # CXX may be a wrapper: "ccache g++"
+  echo "setup: need a C++17 compiler, and found no ${cxx%% *} (e.g. apt-get install g++, or set CXX)" >&2
   exit 1
 fi
 default=0.26
