@@ -313,3 +313,18 @@ fn a_torchscript_fork_result_dropped_in_carried_work_is_freed_not_escaped() {
         }
     });
 }
+
+/// A test or `main` returning `Result<(), Box<dyn Error>>` prints its error's `Debug` when it
+/// fails: that is the report's table, as its `Display` shows it.
+#[test]
+fn an_escape_printed_with_debug_shows_its_report() {
+    static SINK: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
+    let err = scope(strict("debug-printed"), || {
+        SINK.lock().unwrap().push(floats(3))
+    });
+    SINK.lock().unwrap().clear();
+    let boxed: Box<dyn std::error::Error> = err.unwrap_err().into();
+    let debug = format!("{boxed:?}");
+    assert_eq!(debug, boxed.to_string());
+    assert!(debug.contains("escaped allocations"), "{debug}");
+}

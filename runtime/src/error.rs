@@ -3,7 +3,10 @@ use crate::report::{Bytes, ScopeReport};
 use std::fmt;
 
 /// What can go wrong when entering or leaving a scope.
-#[derive(Debug)]
+///
+/// Its `Debug` prints what its `Display` does (a leak's report as a table), so that a test or
+/// `main` returning `Result<_, gpu_scope::Error>` (or a `Box<dyn Error>` made from one) shows
+/// the report when it fails; [`Error::report`] gives the report itself.
 #[non_exhaustive]
 pub enum Error {
     /// The scope or memory call named a device that this process does not have.
@@ -106,6 +109,12 @@ impl fmt::Display for Error {
                  anything there and was not opened. Do that work before the thread ends"
             ),
         }
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
     }
 }
 
