@@ -95,18 +95,33 @@ fn check_libtorch_version(include: &Path, (feature, wanted): (&str, &str)) {
     if env_var("LIBTORCH_BYPASS_VERSION_CHECK").is_some() {
         return;
     }
-    match libtorch_version(include) {
-        Some(found) if found == wanted => {}
-        found => panic!(
-            "gpu-scope: feature `{feature}` needs libtorch {wanted}, but the libtorch at {} is \
-             {}. Point LIBTORCH at a libtorch {wanted} (in this repository: `bash setup.sh`, \
-             with the tch version for a feature other than the default), or select the \
-             feature of the tch that matches your libtorch (README: Versions). \
-             LIBTORCH_BYPASS_VERSION_CHECK=1 skips this check.",
-            include.display(),
-            found.unwrap_or_else(|| "of unknown version".to_owned()),
-        ),
+    let found = libtorch_version(include);
+    if found.as_deref() == Some(wanted) {
+        return;
     }
+    // The libtorch is most often the one the crate's own tch needs, and the feature is wrong.
+    let point = format!(
+        "point LIBTORCH at a libtorch {wanted} (in this repository: `bash setup.sh`, with the tch \
+         version for a feature other than the default)"
+    );
+    let advice = match TCH_LIBTORCH
+        .into_iter()
+        .find(|(_, libtorch)| found.as_deref() == Some(*libtorch))
+    {
+        Some((other, _)) => format!(
+            "If your crate depends on the tch of that libtorch, select gpu-scope's feature \
+             `{other}` instead of `{feature}` (`default-features = false, features = \
+             [\"{other}\"]`, or no features for the default `tch-0-26`); otherwise {point}"
+        ),
+        None => format!("P{}", &point[1..]),
+    };
+    panic!(
+        "gpu-scope: feature `{feature}` needs libtorch {wanted}, but the libtorch at {} is {}. \
+         {advice}. The feature and your `tch` requirement must name the same tch (README: \
+         Versions); LIBTORCH_BYPASS_VERSION_CHECK=1 skips this check.",
+        include.display(),
+        found.unwrap_or_else(|| "of unknown version".to_owned()),
+    )
 }
 
 /// The variable cargo sets for `feature`.
