@@ -1111,10 +1111,7 @@ impl Weights {
     /// The returned borrow is of `self` (lifetime elision): `cache` is searched.
     #[gpu_scope(on_escape = error)]
     fn weight(&self, cache: &mut Vec<Tensor>, leak: bool) -> Result<&Tensor, Error> {
-        cache.push(floats(2));
-        if leak {
-            SINK.lock().unwrap().push(floats(5));
-        }
+        fill_weights_cache(cache, leak);
         Ok(&self.w)
     }
 
@@ -1125,10 +1122,7 @@ impl Weights {
         cache: &mut Vec<Tensor>,
         leak: bool,
     ) -> Result<&Tensor, Error> {
-        cache.push(floats(2));
-        if leak {
-            SINK.lock().unwrap().push(floats(5));
-        }
+        fill_weights_cache(cache, leak);
         Ok(&self.get_ref().w)
     }
 
@@ -1138,11 +1132,16 @@ impl Weights {
         cache: &mut Vec<Tensor>,
         leak: bool,
     ) -> Result<&Tensor, Error> {
-        cache.push(floats(2));
-        if leak {
-            SINK.lock().unwrap().push(floats(5));
-        }
+        fill_weights_cache(cache, leak);
         Ok(&self.get_mut().w)
+    }
+}
+
+/// What the scoped methods above do: 8 bytes kept in `cache`, and 20 leaked if asked.
+fn fill_weights_cache(cache: &mut Vec<Tensor>, leak: bool) {
+    cache.push(floats(2));
+    if leak {
+        SINK.lock().unwrap().push(floats(5));
     }
 }
 
