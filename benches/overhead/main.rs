@@ -99,12 +99,10 @@ fn main() {
         },
         None => None,
     };
-    if let Some(a) = args
-        .iter()
-        .skip(1)
-        .find(|a| a.starts_with('-') && *a != "--only")
-    {
-        usage(&format!("unknown argument `{a}`"));
+    // Only `--only NAME` is left for the table: anything else (`-- mlp`) is a mistake.
+    let only_value = |i: usize| args[i - 1] == "--only" && args[i] != "--only";
+    if let Some(i) = (1..args.len()).find(|&i| args[i] != "--only" && !only_value(i)) {
+        usage(&format!("unknown argument `{}`", args[i]));
     }
     let chosen = |name: &str| {
         only.as_ref()
