@@ -100,24 +100,21 @@ fn check_libtorch_version(include: &Path, (feature, wanted): (&str, &str)) {
         return;
     }
     // The libtorch is most often the one the crate's own tch needs, and the feature is wrong.
-    let point = format!(
-        "point LIBTORCH at a libtorch {wanted} (in this repository: `bash setup.sh`, with the tch \
-         version for a feature other than the default)"
-    );
-    let advice = match TCH_LIBTORCH
+    let other = TCH_LIBTORCH
         .into_iter()
         .find(|(_, libtorch)| found.as_deref() == Some(*libtorch))
-    {
-        Some((other, _)) => format!(
-            "If your crate depends on the tch of that libtorch, select gpu-scope's feature \
-             `{other}` instead of `{feature}` (`default-features = false, features = \
-             [\"{other}\"]`, or no features for the default `tch-0-26`); otherwise {point}"
-        ),
-        None => format!("P{}", &point[1..]),
-    };
+        .map_or(String::new(), |(other, _)| {
+            format!(
+                "If your crate depends on the tch of that libtorch, select gpu-scope's feature \
+                 `{other}` instead of `{feature}` (`default-features = false, features = \
+                 [\"{other}\"]`, or no features for the default `tch-0-26`). "
+            )
+        });
     panic!(
         "gpu-scope: feature `{feature}` needs libtorch {wanted}, but the libtorch at {} is {}. \
-         {advice}. The feature and your `tch` requirement must name the same tch (README: \
+         {other}To build with `{feature}`, point LIBTORCH at a libtorch {wanted} (in this \
+         repository: `bash setup.sh`, with the tch version for a feature other than the \
+         default). The feature and your `tch` requirement must name the same tch (README: \
          Versions); LIBTORCH_BYPASS_VERSION_CHECK=1 skips this check.",
         include.display(),
         found.unwrap_or_else(|| "of unknown version".to_owned()),

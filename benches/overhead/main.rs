@@ -60,7 +60,7 @@ fn usage(problem: &str) -> ! {
     std::process::exit(2)
 }
 
-/// The argument after `flag`, parsed.
+/// The argument at `i`, a whole number (`what` names it in the message).
 fn value<T: std::str::FromStr>(args: &[String], i: usize, what: &str) -> T {
     match args.get(i).map(|a| a.parse()) {
         Some(Ok(v)) => v,

@@ -90,12 +90,14 @@ struct Installed {
 };
 thread_local Installed installed;
 
-// The references to the node that are this thread's own: its chain's, and reporter_node's.
-long own_refs(const Installed& i) {
-  const bool kept = reporter_node != nullptr && !i.node.owner_before(reporter_node) &&
-                    !reporter_node.owner_before(i.node);
-  return (i.on ? 1 : 0) + (kept ? 1 : 0);
+// Whether `node` is reporter_node.
+bool is_reporter_node(const std::weak_ptr<c10::ThreadLocalDebugInfo>& node) {
+  return reporter_node != nullptr && !node.owner_before(reporter_node) &&
+         !reporter_node.owner_before(node);
 }
+
+// The references to the node that are this thread's own: its chain's, and reporter_node's.
+long own_refs(const Installed& i) { return (i.on ? 1 : 0) + (is_reporter_node(i.node) ? 1 : 0); }
 
 // After a wait that gave up: the node, still on top of the thread's chain, is replaced by a
 // fresh one holding the same reporter, so that later scopes wait only for copies of the new
@@ -518,7 +520,7 @@ int gs_thread_enter(const void* owner, int* stepped_aside) noexcept {
       if (bare && reporter_node != nullptr) {
         Info::_forceCurrentDebugInfo(reporter_node);
         Installed& i = installed;
-        if (i.node.owner_before(reporter_node) || reporter_node.owner_before(i.node)) {
+        if (!is_reporter_node(i.node)) {
           i.node = reporter_node;
           i.stale = 0;
         }
@@ -767,7 +769,8 @@ int gs_autocast_clear(int* cleared) noexcept {
   *cleared = 0;
   return accelerator_call([&] {
     auto acc = accelerator();
-    if (acc && at::autocast::is_autocast_enabled(*acc) && at::autocast::is_autocast_cache_enabled()) {
+    if (acc && at::autocast::is_autocast_enabled(*acc) &&
+        at::autocast::is_autocast_cache_enabled()) {
       at::autocast::clear_cache();
       *cleared = 1;
     }
