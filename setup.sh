@@ -26,6 +26,12 @@ if ! command -v "${cxx%% *}" >/dev/null; then # CXX may be a wrapper: "ccache g+
   echo "setup: need a C++17 compiler, and found no ${cxx%% *} (e.g. apt-get install g++, or set CXX)" >&2
   exit 1
 fi
+# shellcheck disable=SC2086 # word-split on purpose: the wrapper and its compiler
+if ! printf '#include <optional>\nint main() { return std::optional<int>(0).value(); }\n' \
+  | $cxx -std=c++17 -x c++ -fsyntax-only - 2>/dev/null; then
+  echo "setup: $cxx cannot compile C++17 (-std=c++17): install g++ 8 or newer, or set CXX" >&2
+  exit 1
+fi
 default=0.26
 tch=${1:-$default}
 case $tch in
