@@ -655,3 +655,25 @@ fn state_for_gradients_that_share_a_buffer_needs_the_optimizer_kept() {
     });
     assert!(r.is_ok(), "{r:?}");
 }
+
+/// A scope that builds a model with `BatchNorm` and hands back only its optimizer: the
+/// running statistics (buffers the optimizer does not hold, the size of the layer's weight)
+/// escape, as the README says; the optimizer's variables, made here, say nothing of state.
+/// Handing back the `VarStore` too keeps them.
+#[test]
+fn buffers_beside_an_optimizer_made_in_the_scope_escape() {
+    let _serial = serial();
+    let build = |keep_store: bool| {
+        scope(strict("build"), || {
+            let vs = nn::VarStore::new(device());
+            let _bn = nn::batch_norm1d(vs.root(), 4, Default::default());
+            let opt = nn::Sgd::default().build(&vs, 1e-2).unwrap();
+            (opt, keep_store.then_some(vs))
+        })
+    };
+    let r = escaped(build(false).map(|(_, r)| r));
+    assert_eq!(r.escaped_bytes, 2 * block(4 * 4), "{r}");
+    assert_eq!(r.held_by(HeldBy::OptimizerState), 0, "{r}");
+    let (_, r) = build(true).unwrap();
+    assert!(r.is_clean(), "{r}");
+}

@@ -40,9 +40,9 @@ pub struct StorageSet {
     /// Visiting a value made before the scope (a shared borrow of a scoped function): its
     /// private modules hold nothing the scope made.
     made_before: bool,
-    /// Device and byte size of each variable of a kept optimizer: the state an optimizer makes
+    /// Storage and byte size of each variable of a kept optimizer: the state an optimizer makes
     /// for a variable has its size.
-    pub(crate) optimized: rustc_hash::FxHashSet<(DeviceId, u64)>,
+    pub(crate) optimized: rustc_hash::FxHashSet<(Key, u64)>,
     /// The shared pointers and cells being searched right now, from the kept value down to
     /// here (address, type name, `made_before`): one reached again inside itself is a
     /// reference cycle. Also the shared pointers searched already that something else points
@@ -449,9 +449,10 @@ private_data!(
 impl Tensors for tch::nn::Optimizer {
     fn visit(&self, set: &mut StorageSet) {
         for t in self.trainable_variables() {
-            set.add_tensor(&t);
-            let bytes = t.numel() as u64 * t.kind().elt_size_in_bytes() as u64;
-            set.optimized.insert((t.device().into(), bytes));
+            if let Some(key) = set.add_tensor_key(&t) {
+                let bytes = t.numel() as u64 * t.kind().elt_size_in_bytes() as u64;
+                set.optimized.insert((key, bytes));
+            }
         }
     }
 }

@@ -321,10 +321,16 @@ impl Frame {
 
     /// The optimizers in `kept`: the state their steps make here has their variables' sizes
     /// (a step whose backward ran in other scopes: gradient accumulation), which the frames
-    /// this one closes into know too (what it held as such state stays held there).
+    /// this one closes into know too (what it held as such state stays held there). Not those
+    /// of variables made here: their gradients were made here too, and their sizes would
+    /// only hide the buffers made beside them (`BatchNorm`'s running statistics).
     pub(crate) fn know_optimizers(&self, kept: &StorageSet) {
-        if !kept.optimized.is_empty() {
-            self.lock().gradients.extend(kept.optimized.iter().copied());
+        let sizes: Vec<_> = (kept.optimized.iter())
+            .filter(|&&(key, _)| with_entry(key, |e| !e.charged_to_frame(self)).unwrap_or(true))
+            .map(|&(key, bytes)| (key.1, bytes))
+            .collect();
+        if !sizes.is_empty() {
+            self.lock().gradients.extend(sizes);
         }
     }
 
