@@ -544,3 +544,27 @@ fn a_program_ends_normally_while_its_threads_still_run_scopes() {
         }
     }
 }
+
+/// Scopes nest up to the limit the README names; one more is refused with `TooDeep`, and the
+/// scopes that were open end in order, their reports intact.
+#[test]
+fn a_scope_nested_past_the_limit_is_refused() {
+    let opts = || ScopeOptions::new("deep").on_escape(EscapePolicy::Error);
+    let outer = Scope::enter(opts()).unwrap();
+    let kept = cpu_floats(3);
+    let mut open: Vec<Scope> = (1..4096).map(|_| Scope::enter(opts()).unwrap()).collect();
+    match Scope::enter(opts()) {
+        Err(e @ Error::TooDeep { limit: 4096 }) => {
+            assert!(
+                e.to_string().contains("open the scope around a recursion"),
+                "{e}"
+            )
+        }
+        other => panic!("expected TooDeep, got {other:?}"),
+    }
+    while let Some(scope) = open.pop() {
+        assert!(scope.exit(&()).unwrap().is_clean());
+    }
+    let r = outer.exit(&kept).unwrap();
+    assert_eq!(r.kept, block(3 * 4), "{r}");
+}

@@ -508,8 +508,9 @@ pub(crate) fn with_entry<R>(key: Key, f: impl FnOnce(&Entry) -> R) -> Option<R> 
     shard(key).get(&key).map(f)
 }
 
-/// The most frames a chain may have (scopes nested on a thread, with those carried in).
-pub(crate) const MAX_DEPTH: usize = u16::MAX as usize + 1;
+/// The most frames a chain may have (scopes nested on a thread, with those carried in). Each
+/// level holds its chain, so nesting costs the square of its depth: 67 MB at this one.
+pub(crate) const MAX_DEPTH: usize = 4096;
 
 /// A frame's place in a chain (under [`MAX_DEPTH`]: `thread::push` sees to it).
 fn index(at: usize) -> u16 {
