@@ -594,6 +594,13 @@ fn a_macro_scope_ended_by_its_enclosing_one_says_so() {
         2,
         "once warned, once in the panic: {stderr}"
     );
+    assert_eq!(
+        stderr
+            .matches("innermost first (the scope at tests/output.rs:")
+            .count(),
+        1,
+        "the warning says where the scope is: {stderr}"
+    );
 }
 
 trait Cache {

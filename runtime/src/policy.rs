@@ -104,12 +104,14 @@ fn warn(location: &'static Location<'static>, error: &Error) {
     };
     if full {
         match error {
-            // Messages that name no scope: where it was opened.
-            Error::ThreadEnding | Error::TooDeep { .. } => eprintln!(
-                "{error} (the scope at {}:{})",
-                location.file(),
-                location.line()
-            ),
+            // Messages that name no scope, or only its name: where it was opened.
+            Error::ThreadEnding | Error::TooDeep { .. } | Error::EndedByEnclosing { .. } => {
+                eprintln!(
+                    "{error} (the scope at {}:{})",
+                    location.file(),
+                    location.line()
+                )
+            }
             _ => eprintln!("{error}"),
         }
     } else if count.is_power_of_two() {
