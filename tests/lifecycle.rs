@@ -566,5 +566,5 @@ fn a_scope_nested_past_the_limit_is_refused() {
         assert!(scope.exit(&()).unwrap().is_clean());
     }
     let r = outer.exit(&kept).unwrap();
-    assert_eq!(r.kept, block(3 * 4), "{r}");
+    assert_eq!(r.kept, 3 * 4, "{r}");
 }
