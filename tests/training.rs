@@ -6,7 +6,7 @@ mod common;
 use common::{block, child, device, escaped, floats, in_child, serial, strict};
 use gpu_scope::{scope, HeldBy, Scope, ScopeOptions};
 use std::sync::Mutex;
-use tch::nn::{self, Module, OptimizerConfig};
+use tch::nn::{self, Module, ModuleT, OptimizerConfig};
 use tch::{Device, Kind, Reduction, Tensor};
 
 static LEAKED: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
@@ -658,22 +658,96 @@ fn state_for_gradients_that_share_a_buffer_needs_the_optimizer_kept() {
 
 /// A scope that builds a model with `BatchNorm` and hands back only its optimizer: the
 /// running statistics (buffers the optimizer does not hold, the size of the layer's weight)
-/// escape, as the README says; the optimizer's variables, made here, say nothing of state.
-/// Handing back the `VarStore` too keeps them.
+/// escape, as the README says; the optimizer's variables, made here without a backward pass,
+/// say nothing of state. Trained here with autograd on, the report's hint says to keep the
+/// `VarStore`. Handing back the `VarStore` too keeps them.
 #[test]
 fn buffers_beside_an_optimizer_made_in_the_scope_escape() {
     let _serial = serial();
-    let build = |keep_store: bool| {
-        scope(strict("build"), || {
+    let build = |keep_store: bool, train: bool| {
+        scope(strict("build").keep_grad_mode(train), || {
             let vs = nn::VarStore::new(device());
-            let _bn = nn::batch_norm1d(vs.root(), 4, Default::default());
-            let opt = nn::Sgd::default().build(&vs, 1e-2).unwrap();
+            let bn = nn::batch_norm1d(vs.root(), 4, Default::default());
+            let mut opt = nn::Sgd::default().build(&vs, 1e-2).unwrap();
+            if train {
+                let x = Tensor::randn([8, 4], (Kind::Float, device()));
+                opt.backward_step(&bn.forward_t(&x, true).square().mean(Kind::Float));
+            }
             (opt, keep_store.then_some(vs))
         })
     };
-    let r = escaped(build(false).map(|(_, r)| r));
-    assert_eq!(r.escaped_bytes, 2 * block(4 * 4), "{r}");
-    assert_eq!(r.held_by(HeldBy::OptimizerState), 0, "{r}");
-    let (_, r) = build(true).unwrap();
-    assert!(r.is_clean(), "{r}");
+    for train in [false, true] {
+        let r = escaped(build(false, train).map(|(_, r)| r));
+        assert_eq!(r.escaped_bytes, 2 * block(4 * 4), "{r}");
+        assert_eq!(r.held_by(HeldBy::OptimizerState), 0, "{r}");
+        let hint = r
+            .to_string()
+            .contains("keep its `VarStore` for the buffers");
+        assert_eq!(hint, train, "{r}");
+        let (_, r) = build(true, train).unwrap();
+        assert!(r.is_clean(), "{r}");
+    }
+}
+
+/// A scope that builds a model whose parameters are fused by `Tensor::cat` and trains it:
+/// their state has no gradient's size (the gradients are views of one buffer), but it has
+/// the size of a variable of the kept optimizer (handed back, or given to `keep` before the
+/// backward pass), made here and trained here: held on purpose.
+#[test]
+fn a_model_built_and_trained_in_the_scope_holds_its_fused_state() {
+    let _serial = serial();
+    let x = Tensor::randn([3, 6], (Kind::Float, device()));
+    for keep_first in [false, true] {
+        let step = Scope::enter(strict("fused").keep_grad_mode(true)).unwrap();
+        let vs = nn::VarStore::new(device());
+        let (wq, wk) = (
+            vs.root().randn_standard("wq", &[4, 6]),
+            vs.root().randn_standard("wk", &[4, 6]),
+        );
+        let mut opt = nn::Adam::default().build(&vs, 1e-2).unwrap();
+        if keep_first {
+            step.keep(&opt);
+        }
+        let w = Tensor::cat(&[&wq, &wk], 0);
+        opt.backward_step(&x.matmul(&w.tr()).square().mean(Kind::Float));
+        drop(w);
+        let r = match keep_first {
+            true => step.exit(&vs),
+            false => step.exit(&(&vs, &opt)),
+        };
+        let r = r.unwrap();
+        assert_eq!(
+            r.held_by(HeldBy::OptimizerState),
+            4 * block(4 * 6 * 4),
+            "{r}"
+        );
+    }
+}
+
+#[gpu_scope::gpu_scope(keep_grad, on_escape = error)]
+fn convert_and_step(
+    vs: &mut nn::VarStore,
+    opt: &mut nn::Optimizer,
+    x: &Tensor,
+) -> Result<(), gpu_scope::Error> {
+    vs.double();
+    let (wq, wk) = (vs.root().get("wq").unwrap(), vs.root().get("wk").unwrap());
+    let w = Tensor::cat(&[&wq, &wk], 0);
+    opt.backward_step(&x.matmul(&w.tr()).square().mean(Kind::Double));
+    Ok(())
+}
+
+/// A step that converts the store it is given (its variables get storages made here) and
+/// trains fused parameters: the optimizer, an argument, holds their state.
+#[test]
+fn a_step_that_converts_its_store_holds_the_state_of_fused_parameters() {
+    let _serial = serial();
+    let mut vs = nn::VarStore::new(device());
+    let _ = (
+        vs.root().randn_standard("wq", &[4, 6]),
+        vs.root().randn_standard("wk", &[4, 6]),
+    );
+    let mut opt = nn::Adam::default().build(&vs, 1e-2).unwrap();
+    let x = Tensor::randn([3, 6], (Kind::Double, device()));
+    convert_and_step(&mut vs, &mut opt, &x).unwrap();
 }

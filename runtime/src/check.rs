@@ -104,9 +104,9 @@ impl Judge for Check<'_> {
             && !entry.made.escaped
             && self.gradients.contains(&(key.1, entry.asked()))
         {
-            // The size of a gradient made here, or of a kept optimizer's variable made before
-            // (a step whose backward ran in other scopes: gradient accumulation); not what a
-            // scope inside this one found escaped (a helper's leak under `warn`).
+            // The size of a gradient made here, or of a kept optimizer's variable (see
+            // `FrameState::variables`); not what a scope inside this one found escaped (a
+            // helper's leak under `warn`).
             Fate::Held(HeldBy::OptimizerState)
         } else if self.graph {
             Fate::Held(HeldBy::AutogradGraph)

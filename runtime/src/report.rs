@@ -543,7 +543,8 @@ impl fmt::Display for ScopeReport {
                      parameters, or a cuDNN RNN), keep the optimizer: `keep = [opt]`, or take \
                      it as an argument (a `tch::COptimizer` cannot be looked into: scope the \
                      whole step, from `zero_grad` to `step`, or take its first step before the \
-                     scopes)"
+                     scopes); an optimizer kept already keeps its trainable variables only: \
+                     keep its `VarStore` for the buffers (`BatchNorm`'s running statistics)"
                 )?;
             }
             if !self.lending_args.is_empty() {

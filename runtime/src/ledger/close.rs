@@ -61,7 +61,7 @@ pub(crate) struct Closed {
 /// The live entries of a frame, when the check must look at them before closing it: some
 /// were made during a backward pass or on an accelerator. Otherwise none. Also the sizes of
 /// the gradients freed after their backward pass and of a kept optimizer's variables
-/// (`FrameState::gradients`).
+/// (`FrameState::gradients`, and `variables` where a backward pass ran).
 pub(crate) fn entries_to_inspect(frame: &Frame) -> (Vec<Key>, FxHashSet<(DeviceId, u64)>) {
     let state = frame.lock();
     let accelerator = state.stats.devices.iter().any(|(d, _)| !d.is_cpu());
@@ -69,7 +69,11 @@ pub(crate) fn entries_to_inspect(frame: &Frame) -> (Vec<Key>, FxHashSet<(DeviceI
         true => state.keys.iter().map(|(_, key)| key).collect(),
         false => Vec::new(),
     };
-    (keys, state.gradients.clone())
+    let mut sizes = state.gradients.clone();
+    if state.saw_backward {
+        sizes.extend(state.variables.iter().copied());
+    }
+    (keys, sizes)
 }
 
 /// Ends `frame`: each live entry is judged and moves to the innermost frame of `enclosing`
@@ -114,9 +118,12 @@ pub(crate) fn close_keeping_in(
             true => Vec::new(),
             false => std::mem::take(&mut state.parked),
         };
-        let gradients = match state.gradients.is_empty() {
+        let gradients = match state.gradients.is_empty() && state.variables.is_empty() {
             true => None,
-            false => Some(std::mem::take(&mut state.gradients)),
+            false => Some((
+                std::mem::take(&mut state.gradients),
+                std::mem::take(&mut state.variables),
+            )),
         };
         (
             std::mem::take(&mut state.keys),
@@ -144,7 +151,10 @@ pub(crate) fn close_keeping_in(
         if let Some(chain) = enclosing.and_then(open_chain) {
             let mut state = chain[0].lock();
             state.saw_backward |= saw_backward;
-            state.gradients.extend(gradients.into_iter().flatten());
+            if let Some((gradients, variables)) = gradients {
+                state.gradients.extend(gradients);
+                state.variables.extend(variables);
+            }
         }
     }
     if keys.is_empty() {

@@ -140,6 +140,11 @@ pub(crate) struct FrameState {
     /// of the variables of an optimizer given to `keep` (a step whose backward ran in other
     /// scopes, or handed back). (The live gradients are looked at by the check.)
     pub gradients: FxHashSet<(DeviceId, u64)>,
+    /// The sizes of the variables of an optimizer given to `keep` that were made in it (or in
+    /// a frame closed into it): its state's only where a backward pass ran here too (a model
+    /// built and trained here, with parameters fused by `Tensor::cat`); otherwise they would
+    /// only hide the buffers made beside them (`BatchNorm`'s running statistics).
+    pub variables: FxHashSet<(DeviceId, u64)>,
     /// Blocks charged to it that `keep_forever` took out of tracking while it was open: bytes
     /// and count per device (a total: an open scope calling it in a loop grows nothing).
     pub(super) forever: Vec<(DeviceId, u64, u64)>,
@@ -223,6 +228,7 @@ impl Frame {
         state.stats.devices.clear();
         state.saw_backward = false;
         state.gradients.clear();
+        state.variables.clear();
         state.blind_kept.clear();
         state.parked_in = None;
         state.closed_into = None;
@@ -321,17 +327,23 @@ impl Frame {
 
     /// The optimizers in `kept`: the state their steps make here has their variables' sizes
     /// (a step whose backward ran in other scopes: gradient accumulation), which the frames
-    /// this one closes into know too (what it held as such state stays held there). Not those
-    /// of variables made here: their gradients were made here too, and their sizes would
-    /// only hide the buffers made beside them (`BatchNorm`'s running statistics).
+    /// this one closes into know too (what it held as such state stays held there). Those
+    /// of variables made here count only where a backward pass ran (`FrameState::variables`).
     pub(crate) fn know_optimizers(&self, kept: &StorageSet) {
-        let sizes: Vec<_> = (kept.optimized.iter())
-            .filter(|&&(key, _)| with_entry(key, |e| !e.charged_to_frame(self)).unwrap_or(true))
-            .map(|&(key, bytes)| (key.1, bytes))
-            .collect();
-        if !sizes.is_empty() {
-            self.lock().gradients.extend(sizes);
+        if kept.optimized.is_empty() {
+            return;
         }
+        let (made, before): (Vec<_>, Vec<_>) = kept
+            .optimized
+            .iter()
+            .partition(|&&(key, _)| with_entry(key, |e| e.charged_to_frame(self)).unwrap_or(false));
+        let mut state = self.lock();
+        state
+            .gradients
+            .extend(before.iter().map(|&(key, bytes)| (key.1, bytes)));
+        state
+            .variables
+            .extend(made.iter().map(|&(key, bytes)| (key.1, bytes)));
     }
 
     /// Lets the storages in `kept` that this frame owns, or that `inside` own (frames
