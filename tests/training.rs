@@ -751,3 +751,33 @@ fn a_step_that_converts_its_store_holds_the_state_of_fused_parameters() {
     let x = Tensor::randn([3, 6], (Kind::Double, device()));
     convert_and_step(&mut vs, &mut opt, &x).unwrap();
 }
+
+/// A model built and stepped in a scope whose backward pass ran where the scope did not see
+/// it (on a thread it was not carried to, or carried with an enclosing scope's handle): the
+/// kept optimizer's variables have gradients, so its state is held, in both scopes.
+#[test]
+fn a_kept_optimizer_whose_backward_ran_unseen_holds_its_state() {
+    let _serial = serial();
+    let x = Tensor::randn([3, 6], (Kind::Float, device()));
+    for carried in [false, true] {
+        let outer = Scope::enter(strict("outer").keep_grad_mode(true)).unwrap();
+        let pool = gpu_scope::current().unwrap();
+        let step = Scope::enter(strict("step").keep_grad_mode(true)).unwrap();
+        let vs = nn::VarStore::new(device());
+        let model = nn::linear(vs.root(), 6, 4, Default::default());
+        let mut opt = nn::Adam::default().build(&vs, 1e-2).unwrap();
+        let loss = model.forward(&x).square().mean(Kind::Float);
+        std::thread::scope(|s| {
+            s.spawn(move || match carried {
+                true => pool.in_scope(|| loss.backward()),
+                false => loss.backward(),
+            });
+        });
+        opt.step();
+        let state = 2 * block(4 * 6 * 4) + 2 * block(4 * 4);
+        let r = step.exit(&(&vs, &opt)).unwrap();
+        assert_eq!(r.held_by(HeldBy::OptimizerState), state, "{r}");
+        let r = outer.exit(&(&vs, &opt)).unwrap();
+        assert_eq!(r.held_by(HeldBy::OptimizerState), state, "{r}");
+    }
+}

@@ -40,9 +40,10 @@ pub struct StorageSet {
     /// Visiting a value made before the scope (a shared borrow of a scoped function): its
     /// private modules hold nothing the scope made.
     made_before: bool,
-    /// Storage and byte size of each variable of a kept optimizer: the state an optimizer makes
-    /// for a variable has its size.
-    pub(crate) optimized: rustc_hash::FxHashSet<(Key, u64)>,
+    /// Storage and byte size of each variable of a kept optimizer, and whether it has a
+    /// gradient (a backward pass reached it, seen or not): the state an optimizer makes for a
+    /// variable has its size.
+    pub(crate) optimized: rustc_hash::FxHashSet<(Key, u64, bool)>,
     /// The shared pointers and cells being searched right now, from the kept value down to
     /// here (address, type name, `made_before`): one reached again inside itself is a
     /// reference cycle. Also the shared pointers searched already that something else points
@@ -451,7 +452,7 @@ impl Tensors for tch::nn::Optimizer {
         for t in self.trainable_variables() {
             if let Some(key) = set.add_tensor_key(&t) {
                 let bytes = t.numel() as u64 * t.kind().elt_size_in_bytes() as u64;
-                set.optimized.insert((key, bytes));
+                set.optimized.insert((key, bytes, t.grad().defined()));
             }
         }
     }

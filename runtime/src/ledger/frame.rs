@@ -141,9 +141,10 @@ pub(crate) struct FrameState {
     /// scopes, or handed back). (The live gradients are looked at by the check.)
     pub gradients: FxHashSet<(DeviceId, u64)>,
     /// The sizes of the variables of an optimizer given to `keep` that were made in it (or in
-    /// a frame closed into it): its state's only where a backward pass ran here too (a model
-    /// built and trained here, with parameters fused by `Tensor::cat`); otherwise they would
-    /// only hide the buffers made beside them (`BatchNorm`'s running statistics).
+    /// a frame closed into it) and had no gradient then: its state's only where a backward
+    /// pass ran here after all (a model built and trained here, with parameters fused by
+    /// `Tensor::cat`, kept before its backward); otherwise they would only hide the buffers
+    /// made beside them (`BatchNorm`'s running statistics).
     pub variables: FxHashSet<(DeviceId, u64)>,
     /// Blocks charged to it that `keep_forever` took out of tracking while it was open: bytes
     /// and count per device (a total: an open scope calling it in a loop grows nothing).
@@ -328,22 +329,20 @@ impl Frame {
     /// The optimizers in `kept`: the state their steps make here has their variables' sizes
     /// (a step whose backward ran in other scopes: gradient accumulation), which the frames
     /// this one closes into know too (what it held as such state stays held there). Those
-    /// of variables made here count only where a backward pass ran (`FrameState::variables`).
+    /// of variables made here without a gradient yet count only where a backward pass ran
+    /// (`FrameState::variables`).
     pub(crate) fn know_optimizers(&self, kept: &StorageSet) {
         if kept.optimized.is_empty() {
             return;
         }
-        let (made, before): (Vec<_>, Vec<_>) = kept
-            .optimized
-            .iter()
-            .partition(|&&(key, _)| with_entry(key, |e| e.charged_to_frame(self)).unwrap_or(false));
+        let (untrained, trained): (Vec<_>, Vec<_>) =
+            kept.optimized.iter().partition(|&&(key, _, grad)| {
+                !grad && with_entry(key, |e| e.charged_to_frame(self)).unwrap_or(false)
+            });
         let mut state = self.lock();
-        state
-            .gradients
-            .extend(before.iter().map(|&(key, bytes)| (key.1, bytes)));
-        state
-            .variables
-            .extend(made.iter().map(|&(key, bytes)| (key.1, bytes)));
+        let size = |&(key, bytes, _): &(Key, u64, bool)| (key.1, bytes);
+        state.gradients.extend(trained.iter().map(size));
+        state.variables.extend(untrained.iter().map(size));
     }
 
     /// Lets the storages in `kept` that this frame owns, or that `inside` own (frames
