@@ -415,6 +415,24 @@ fn warn_with_a_subscriber_is_a_tracing_event() {
     assert!(!stderr.contains("escaped scope"), "{stderr}");
 }
 
+/// A subscriber whose filter leaves out gpu-scope's WARN events does not swallow an escape
+/// under `warn`: stderr gets it, as with no subscriber.
+#[test]
+fn warn_filtered_out_by_a_subscriber_reaches_stderr() {
+    if in_child() {
+        tracing_subscriber::fmt()
+            .with_writer(std::io::stdout)
+            .with_max_level(tracing::Level::ERROR)
+            .init();
+        leak_once(Some(EscapePolicy::Warn));
+        return;
+    }
+    let out = child("warn_filtered_out_by_a_subscriber_reaches_stderr", &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("escaped scope `leaky`"), "{stderr}");
+}
+
 /// Every exit is a DEBUG event with the report's JSON, checked or not (a scope that its
 /// enclosing scope ended too, unchecked: that report is the thread's last).
 #[test]

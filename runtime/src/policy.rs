@@ -60,14 +60,13 @@ pub(crate) fn bad_input(opts: &ScopeOptions, error: Error) -> Result<(), Error> 
     Ok(())
 }
 
-/// A `tracing` WARN event; without a subscriber, stderr, without flooding: the full text the
-/// first time a location warns (and the first time it names operators and shapes), then one
-/// line at its 2nd, 4th, 8th, ... warning.
+/// A `tracing` WARN event; where no subscriber takes it (none, or one whose filter leaves
+/// it out), stderr, without flooding: the full text the first time a location warns (and
+/// the first time it names operators and shapes), then one line at its 2nd, 4th, 8th, ...
+/// warning.
 fn warn(location: &'static Location<'static>, error: &Error) {
-    tracing::warn!(target: "gpu_scope", "{error}");
-    let has_subscriber =
-        tracing::dispatcher::get_default(|d| !d.is::<tracing::subscriber::NoSubscriber>());
-    if has_subscriber {
+    if tracing::enabled!(target: "gpu_scope", tracing::Level::WARN) {
+        tracing::warn!(target: "gpu_scope", "{error}");
         return;
     }
     // Counted per place: the full text the first time each kind of failure happens there (an
