@@ -309,19 +309,22 @@ impl ScopeReport {
         }
     }
 
-    /// The report as JSON: its fields, and under `"versions"` those of gpu-scope, tch and the
-    /// running libtorch ([`versions`](crate::versions())), which a bug report needs. Bytes are
+    /// The report as JSON: its fields, its [`status`](Self::status) under `"status"`, and
+    /// under `"versions"` those of gpu-scope, tch and the running libtorch
+    /// ([`versions`](crate::versions())), which a bug report needs. Bytes are
     /// integers, addresses decimal integers (the table writes them in hex), places
     /// `"file:line"`, and `started` and `elapsed` whole microseconds.
     pub fn to_json(&self) -> String {
         #[derive(Serialize)]
         struct Json<'a> {
             versions: Versions,
+            status: &'static str,
             #[serde(flatten)]
             report: &'a ScopeReport,
         }
         let json = Json {
             versions: crate::versions(),
+            status: self.status(),
             report: self,
         };
         serde_json::to_string(&json).expect("a report always serialises")
@@ -423,8 +426,9 @@ fn copy_list_slow<T: Clone>(last: &mut Vec<T>, list: &[T]) {
 fn human_duration(d: Duration) -> String {
     let us = d.as_secs_f64() * 1e6;
     match us {
-        us if us < 1e3 => format!("{us:.1} µs"),
-        us if us < 1e6 => format!("{:.2} ms", us / 1e3),
+        // A unit's bound less what rounds up to it: 999.96 µs is 1.00 ms, not 1000.0 µs.
+        us if us < 999.95 => format!("{us:.1} µs"),
+        us if us < 999_995.0 => format!("{:.2} ms", us / 1e3),
         us => format!("{:.2} s", us / 1e6),
     }
 }
@@ -715,6 +719,31 @@ mod tests {
         ];
         for (bytes, text) in cases {
             assert_eq!(Bytes(bytes).to_string(), text);
+        }
+    }
+
+    /// Each duration in the largest unit it is 1 or more of, once rounded.
+    #[test]
+    fn durations_print_in_their_unit() {
+        let cases = [
+            (999_940, "999.9 µs"),
+            (999_960, "1.00 ms"),
+            (999_994_000, "999.99 ms"),
+            (999_996_000, "1.00 s"),
+        ];
+        for (nanos, text) in cases {
+            assert_eq!(human_duration(Duration::from_nanos(nanos)), text);
+        }
+    }
+
+    /// The JSON says the report's status, as the table's first row does.
+    #[test]
+    fn the_json_has_the_status() {
+        for (escapes, status) in [(0, "\"status\":\"clean\""), (1, "\"status\":\"escaped\"")] {
+            let mut r = report("json", escapes);
+            r.checked = true;
+            let json = r.to_json();
+            assert!(json.contains(status), "{json}");
         }
     }
 
