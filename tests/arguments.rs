@@ -240,6 +240,26 @@ fn fill_named<'a>(cache: Option<&'a mut Vec<Tensor>>) -> Option<&'a Tensor> {
     cache.first()
 }
 
+/// Matched through the reference, with `ref mut` and `ref` bindings into the caller's value.
+#[allow(clippy::needless_borrowed_reference)] // the form under test
+#[gpu_scope(on_escape = error)]
+fn fill_through(
+    &mut Wrap(ref mut v): &mut Wrap,
+    &Model { ref shared, .. }: &Model,
+) -> Result<(), Error> {
+    v.push(floats(4));
+    shared.lock().unwrap().push(floats(4));
+    Ok(())
+}
+
+/// An owned argument bound `ref mut`: it dies in the scope, as any owned one.
+#[gpu_scope(on_escape = error)]
+fn grow_owned(ref mut v: Vec<Tensor>, Wrap(ref mut w): Wrap) -> Result<usize, Error> {
+    v.push(floats(4));
+    w.push(floats(4));
+    Ok(v.len() + w.len())
+}
+
 #[test]
 fn reference_arguments_destructured_in_the_signature_are_kept() {
     let _serial = common::serial();
@@ -251,6 +271,14 @@ fn reference_arguments_destructured_in_the_signature_are_kept() {
     let model = Model::default();
     kept(fill_shared(&model));
     assert_eq!((wrap.0.len(), model.shared.lock().unwrap().len()), (2, 1));
+    kept(fill_through(&mut wrap, &model));
+    assert_eq!((wrap.0.len(), model.shared.lock().unwrap().len()), (3, 2));
+    assert_eq!(grow_owned(Vec::new(), Wrap::default()).unwrap(), 2);
+    let r = last_report().unwrap();
+    assert!(
+        r.is_clean() && r.freed == r.allocated && r.allocations == 2,
+        "{r}"
+    );
 }
 
 #[test]

@@ -357,8 +357,11 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
                 }
             }
         }
-        // `_` and `&x` (a `Copy` pointee) hold nothing the body could have stored.
-        (Type::Reference(_), None) if matches!(pat, Pat::Wild(_) | Pat::Reference(_)) => {}
+        // `_` and `&x` (a `Copy` pointee) hold nothing the body could have stored; `&mut
+        // Wrap(ref mut t)` reaches into the caller's value, and is searched as below.
+        (Type::Reference(_), None)
+            if matches!(pat, Pat::Wild(_))
+                || matches!(pat, Pat::Reference(_)) && !binds_by_ref(pat) => {}
         (Type::Reference(r), None)
             if r.mutability.is_some() && borrows.from(r.lifetime.as_ref()) =>
         {
@@ -400,8 +403,13 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
                     let span = Span::mixed_site();
                     let whole = local::arg(args.rebinds.len());
                     let parts = std::mem::replace(pat, ident_pat(whole.clone()));
-                    args.rebinds
-                        .push(quote_spanned!(span=> let #whole = #whole;));
+                    // `mut` for a `ref mut` binding in the parts (`Wrap(ref mut t): Wrap`).
+                    args.rebinds.push(match binds_by_ref(&parts) {
+                        true => {
+                            quote_spanned!(span=> #[allow(unused_mut)] let mut #whole = #whole;)
+                        }
+                        false => quote_spanned!(span=> let #whole = #whole;),
+                    });
                     if !matches!(parts, Pat::Wild(_)) {
                         args.rebinds
                             .push(quote_spanned!(span=> let #parts = #whole;));
@@ -418,6 +426,20 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
             .visit_pat_mut(pat);
         }
     }
+}
+
+/// Whether `pat` binds something by reference (`ref t`, `ref mut t`).
+fn binds_by_ref(pat: &Pat) -> bool {
+    struct ByRef(bool);
+    impl<'ast> syn::visit::Visit<'ast> for ByRef {
+        fn visit_pat_ident(&mut self, p: &'ast syn::PatIdent) {
+            self.0 |= p.by_ref.is_some();
+            syn::visit::visit_pat_ident(self, p);
+        }
+    }
+    let mut found = ByRef(false);
+    syn::visit::Visit::visit_pat(&mut found, pat);
+    found.0
 }
 
 fn ident_pat(ident: Ident) -> Pat {
