@@ -1403,3 +1403,55 @@ fn a_mut_self_the_body_moves_is_searched_after_it() {
     assert_eq!(last_report().unwrap().kept, 8);
     assert_eq!(layers.ts.len(), 4);
 }
+
+trait Fill {
+    fn put(&mut self, t: Tensor);
+
+    #[gpu_scope(on_escape = error)]
+    fn fill_unbounded(&mut self) -> Result<(), Error> {
+        self.put(floats(4));
+        Ok(())
+    }
+}
+
+trait FillBounded
+where
+    Self: Tensors,
+{
+    fn put_bounded(&mut self, t: Tensor);
+
+    #[gpu_scope(on_escape = error)]
+    fn fill_bounded(&mut self) -> Result<(), Error> {
+        self.put_bounded(floats(4));
+        Ok(())
+    }
+}
+
+impl Fill for Wrap {
+    fn put(&mut self, t: Tensor) {
+        self.0.push(t)
+    }
+}
+
+impl FillBounded for Wrap {
+    fn put_bounded(&mut self, t: Tensor) {
+        self.0.push(t)
+    }
+}
+
+/// In a trait's default method `Self` is generic: its receiver is searched only under
+/// `Self: Tensors` (a type that derives it is not enough), and the hint says so.
+#[test]
+fn a_default_methods_receiver_is_searched_under_the_self_bound() {
+    let mut wrap = Wrap::default();
+    let err = wrap.fill_unbounded().unwrap_err();
+    let r = err.report().unwrap();
+    assert_eq!(r.opaque_kept.len(), 1, "{r}");
+    assert!(
+        r.to_string()
+            .contains("(`Self: gpu_scope::Tensors` for a receiver;"),
+        "{r}"
+    );
+    kept(wrap.fill_bounded());
+    assert_eq!(wrap.0.len(), 2);
+}

@@ -568,12 +568,13 @@ impl fmt::Display for ScopeReport {
                 f,
                 "  hint: kept value(s) of type {} (an argument, or an `impl Trait` return) were \
                  not searched as `gpu_scope::Tensors`, \
-                 so gpu-scope saw no tensors in them; if they hold tensors, add \
-                 `#[derive(gpu_scope::Tensors)]` to the type (in a generic function or a trait's \
-                 default method, also the bound `T: gpu_scope::Tensors`, or `Self:` for a \
-                 receiver: the search is chosen where the function is written; for another \
-                 crate's type, such as a channel or a closure, pass a type of yours that \
-                 holds the tensors and derives it)",
+                 so gpu-scope saw no tensors in them; if they hold tensors: in a generic \
+                 function or a trait's default method, add the bound `T: gpu_scope::Tensors` \
+                 (`Self: gpu_scope::Tensors` for a receiver; the search is chosen where the \
+                 function is written, so a type that derives it is not enough there); else \
+                 add `#[derive(gpu_scope::Tensors)]` to the type (for another crate's type, \
+                 such as a channel or a closure, pass a type of yours that holds the tensors \
+                 and derives it)",
                 self.opaque_kept.join(", ")
             )?;
         }
