@@ -414,6 +414,8 @@ fn a_cancelled_future_no_open_scope_takes_in_is_checked_where_dropped() {
         let report = gpu_scope::last_report().unwrap();
         assert_eq!(report.name, "cancelled alone", "{report}");
         assert_eq!(report.escaped_bytes, block(44), "{report}");
+        assert!(report.cancelled, "{report}");
+        assert!(report.to_string().contains("dropped before it finished"));
         CANCELLED.lock().unwrap().clear();
     }
     let mut future = Box::pin(leaks_then_waits_loudly());
@@ -421,6 +423,7 @@ fn a_cancelled_future_no_open_scope_takes_in_is_checked_where_dropped() {
     let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(future)));
     let message = *panic.unwrap_err().downcast::<String>().unwrap();
     assert!(message.contains("cancelled loudly"), "{message}");
+    assert!(message.contains("dropped before it finished"), "{message}");
     CANCELLED.lock().unwrap().clear();
 }
 

@@ -179,6 +179,8 @@ impl OpenScope {
     /// Ends the scope and builds its report; `checked` judges what is still alive against
     /// `kept`, else everything alive is handed to the enclosing scope unchecked.
     pub(crate) fn close(&mut self, kept: &StorageSet, checked: bool) -> ScopeReport {
+        // Checked off every stack, where nothing takes it in: a cancelled future.
+        let cancelled = checked && self.judged_by_nobody();
         self.closed = true;
         let mut taken_off = false;
         let (above, enclosing) = match &self.placed {
@@ -249,6 +251,7 @@ impl OpenScope {
             ended_inside.append(&mut closed.ended_inside);
         }
         report.ended_inside = ended_inside;
+        report.cancelled = cancelled;
         if !report.escaped.is_empty() && !self.attributed && attribution() == Attribution::OnLeak {
             sites::leaked(self.opts.location);
         }
@@ -442,6 +445,7 @@ impl OpenScope {
             ended_inside: Vec::new(),
             attributed: self.attributed,
             backward: closed.backward,
+            cancelled: false,
             started: self.started.saturating_duration_since(*EPOCH),
             elapsed: self.started.elapsed(),
         }

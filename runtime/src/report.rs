@@ -238,6 +238,10 @@ pub struct ScopeReport {
     /// Whether autograd's backward pass ran inside (it allocated there): a training step. A
     /// report with escapes then says how an optimizer's state is kept.
     pub backward: bool,
+    /// An async scope whose future was dropped before it finished (cancelled), checked where
+    /// it was dropped, with nothing handed back: no scope it ran in was still open to judge
+    /// what it left.
+    pub cancelled: bool,
     /// Time since the process's first scope (entered, or refused on entry) when this one
     /// started (in JSON: microseconds).
     #[serde(serialize_with = "micros")]
@@ -378,6 +382,7 @@ fn overwrite(last: &mut ScopeReport, report: &ScopeReport) {
         ended_inside,
         attributed,
         backward,
+        cancelled,
         started,
         elapsed,
     } = report;
@@ -406,7 +411,8 @@ fn overwrite(last: &mut ScopeReport, report: &ScopeReport) {
         last.escaped_requested,
     ) = (*peak, *kept, *escaped_bytes, *escaped_requested);
     (last.cache_released, last.released, last.max_peak) = (*cache_released, *released, *max_peak);
-    (last.checked, last.attributed, last.backward) = (*checked, *attributed, *backward);
+    (last.checked, last.attributed) = (*checked, *attributed);
+    (last.backward, last.cancelled) = (*backward, *cancelled);
     (last.started, last.elapsed) = (*started, *elapsed);
 }
 
@@ -504,6 +510,14 @@ impl fmt::Display for ScopeReport {
         }
         if !self.checked {
             writeln!(f, "  (not checked: the scope ended early)")?;
+        }
+        if self.cancelled {
+            writeln!(
+                f,
+                "  note: its future was dropped before it finished (cancelled), where no scope \
+                 it ran in was open: what it left alive was checked there, with nothing \
+                 handed back"
+            )?;
         }
         if !self.ended_inside.is_empty() {
             let places: Vec<String> = self.ended_inside.iter().map(|l| place(l)).collect();
@@ -702,6 +716,7 @@ mod tests {
             ended_inside: vec![],
             attributed: escapes == 0,
             backward: false,
+            cancelled: false,
             started: Duration::from_micros(escapes as u64),
             elapsed: Duration::from_micros(9),
         }
