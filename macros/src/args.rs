@@ -361,7 +361,7 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
         // Wrap(ref mut t)` reaches into the caller's value, and is searched as below.
         (Type::Reference(_), None)
             if matches!(pat, Pat::Wild(_))
-                || matches!(pat, Pat::Reference(_)) && !binds_by_ref(pat) => {}
+                || matches!(pat, Pat::Reference(_)) && !binds_by_ref(pat).0 => {}
         (Type::Reference(r), None)
             if r.mutability.is_some() && borrows.from(r.lifetime.as_ref()) =>
         {
@@ -404,10 +404,8 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
                     let whole = local::arg(args.rebinds.len());
                     let parts = std::mem::replace(pat, ident_pat(whole.clone()));
                     // `mut` for a `ref mut` binding in the parts (`Wrap(ref mut t): Wrap`).
-                    args.rebinds.push(match binds_by_ref(&parts) {
-                        true => {
-                            quote_spanned!(span=> #[allow(unused_mut)] let mut #whole = #whole;)
-                        }
+                    args.rebinds.push(match binds_by_ref(&parts).1 {
+                        true => quote_spanned!(span=> let mut #whole = #whole;),
                         false => quote_spanned!(span=> let #whole = #whole;),
                     });
                     if !matches!(parts, Pat::Wild(_)) {
@@ -428,18 +426,21 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
     }
 }
 
-/// Whether `pat` binds something by reference (`ref t`, `ref mut t`).
-fn binds_by_ref(pat: &Pat) -> bool {
-    struct ByRef(bool);
+/// Whether `pat` binds something by reference (`ref t`, `ref mut t`), and whether mutably.
+fn binds_by_ref(pat: &Pat) -> (bool, bool) {
+    struct ByRef(bool, bool);
     impl<'ast> syn::visit::Visit<'ast> for ByRef {
         fn visit_pat_ident(&mut self, p: &'ast syn::PatIdent) {
-            self.0 |= p.by_ref.is_some();
+            if p.by_ref.is_some() {
+                self.0 = true;
+                self.1 |= p.mutability.is_some();
+            }
             syn::visit::visit_pat_ident(self, p);
         }
     }
-    let mut found = ByRef(false);
+    let mut found = ByRef(false, false);
     syn::visit::Visit::visit_pat(&mut found, pat);
-    found.0
+    (found.0, found.1)
 }
 
 fn ident_pat(ident: Ident) -> Pat {
@@ -458,15 +459,15 @@ fn ident_pat(ident: Ident) -> Pat {
 /// `self` on a path that is never taken makes the body capture all of it by value, without
 /// changing what `self` is in the user's code. The body then drops it when it ends, before the
 /// search (a closure's captures when it is called, an async block's when it completes). A
-/// `Copy` receiver is captured by reference, and holds no tensor.
-pub(crate) fn take_self(this: Token![self]) -> TokenStream {
+/// `Copy` receiver is captured by reference, and holds no tensor. The path returns by a call
+/// (`never`), not a diverging expression, which would need a lint allowed.
+pub(crate) fn take_self(this: Token![self], private: &TokenStream) -> TokenStream {
     let span = Span::mixed_site();
     let local = crate::local::local(crate::local::SELF, span);
     quote_spanned! {span=>
-        #[allow(unreachable_code, clippy::empty_loop)]
         if false {
             let #local = #this;
-            loop {}
+            return #private::never();
         }
     }
 }

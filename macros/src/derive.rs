@@ -315,19 +315,24 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
         generics.make_where_clause().predicates.push(bound);
     }
     let (impl_generics, ty_generics, where_clause) = generics.split_for_impl();
+    // No lint is allowed where it can be avoided: a crate may `forbid` it.
+    let matched = match arms.is_empty() {
+        true => quote!(match *self {}),
+        false => quote!(match self { #(#arms)* }),
+    };
+    // A `crate = self::..` path is the user's to write; its `self::` is not linted here.
+    let qualified = krate
+        .as_ref()
+        .map(|_| quote!(#[allow(unused_qualifications)]));
     Ok(quote! {
         #[automatically_derived]
-        // A `crate = self::..` path is the user's to write; its `self::` is not linted here.
-        #[allow(unused_qualifications)]
+        #qualified
         impl #impl_generics #private::Tensors for #name #ty_generics #where_clause {
-            #[allow(unused_variables)]
             fn visit(&self, #set: &mut #private::StorageSet) {
                 #private::deeper(#set, |#set| {
-                    #[allow(unreachable_patterns)]
-                    match self {
-                        #(#arms)*
-                        _ => {}
-                    }
+                    // Used even where no field is visited.
+                    let _ = &#set;
+                    #matched
                 })
             }
         }

@@ -65,18 +65,17 @@ fn rewrite(ScopedBlock { options, block }: ScopedBlock) -> TokenStream {
     }
     let collect = keep.collect();
 
-    // What follows the user's block is ours: unreachable when the block diverges (`return`,
-    // `break`, a panic), which is not the user's concern, so not linted.
+    // What follows the user's block is ours, and would be unreachable where the block
+    // diverges (`return`, `break`, a panic): beside a call that does not diverge, the block
+    // leaves nothing to lint (a lint allowed here would be an error where a crate forbids it).
+    let value_of = quote_spanned!(span=> if true #block else { #private::never() });
     if options.policy() != Some(Policy::Error) {
         return quote_spanned! {span=> {
             let #exit = #private::ScopeGuard::enter(#opts);
             #touch
-            let #value = #block;
-            #[allow(unreachable_code)]
-            {
-                #collect
-                #exit.exit(#kept);
-            }
+            let #value = #value_of;
+            #collect
+            #exit.exit(#kept);
             #value
         }};
     }
@@ -87,8 +86,7 @@ fn rewrite(ScopedBlock { options, block }: ScopedBlock) -> TokenStream {
         let #result = match #private::ScopeGuard::try_enter(#opts) {
             ::core::result::Result::Ok(#exit) => {
                 #touch
-                let #value = #block;
-                #[allow(unreachable_code)]
+                let #value = #value_of;
                 let #err = {
                     #collect
                     #exit.try_exit(#kept)

@@ -3,7 +3,7 @@ use crate::args::{self, Args};
 use crate::expand_options::scope_options;
 use crate::input::{self, ScopedFn};
 use crate::kept::Kept;
-use crate::local::{self, ERROR, EXIT, KEPT, NEVER, RET, SHARED};
+use crate::local::{self, ERROR, EXIT, KEPT, RET, SHARED};
 use crate::options::Policy;
 use crate::{rename_self, types, valid};
 use proc_macro2::{Delimiter, Group, Ident, Span, TokenStream};
@@ -114,7 +114,7 @@ fn returns(
 
     // Sync: a guard, and the body run as a closure. Async: a future whose output comes with
     // the end of its scope.
-    let body = body(func, args, ret_ty);
+    let body = body(func, args, ret_ty, &private);
     let enter = if on_escape_error.is_some() {
         quote_spanned!(span=> try_enter)
     } else {
@@ -247,10 +247,10 @@ fn kept_values(
 
 /// `{ reborrow or take of self; rebinds; fake return; user's block }`: what the closure or
 /// async block runs.
-fn body(func: &ItemFn, args: &Args, ret_ty: Option<&Type>) -> TokenStream {
+fn body(func: &ItemFn, args: &Args, ret_ty: Option<&Type>, private: &TokenStream) -> TokenStream {
     let span = Span::mixed_site();
     let reborrow = args.renamed_self.as_ref().map(rename_self::reborrow);
-    let take_self = args.owned_self.map(args::take_self);
+    let take_self = args.owned_self.map(|this| args::take_self(this, private));
     let rebinds = &args.rebinds;
     // Pins the type of the async block to the declared return type (`impl Trait` as `_`), so
     // that `?` and `return` inside it convert as in the function itself (a closure has its
@@ -262,12 +262,10 @@ fn body(func: &ItemFn, args: &Args, ret_ty: Option<&Type>) -> TokenStream {
         .map(|ty| {
             let at = ty.span();
             let ty = types::impl_trait_inferred(ty);
-            let never = Ident::new(NEVER, at);
+            // A call, not a diverging expression: no lint to allow (a crate may `forbid` it).
             quote_spanned! {at=>
-                #[allow(unreachable_code, clippy::diverging_sub_expression, clippy::empty_loop)]
                 if false {
-                    let #never: #ty = loop {};
-                    return #never;
+                    return #private::never::<#ty>();
                 }
             }
         });

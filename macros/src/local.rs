@@ -6,7 +6,6 @@ pub(crate) const RET: &str = "__gpu_scope_ret";
 pub(crate) const EXIT: &str = "__gpu_scope_exit";
 pub(crate) const KEPT: &str = "__gpu_scope_kept";
 pub(crate) const ERROR: &str = "__gpu_scope_error";
-pub(crate) const NEVER: &str = "__gpu_scope_never";
 pub(crate) const SELF: &str = "__gpu_scope_self";
 pub(crate) const SHARED: &str = "__gpu_scope_shared";
 pub(crate) const VALUE: &str = "__gpu_scope_value";

@@ -74,6 +74,13 @@ impl ScopeGuard {
     }
 }
 
+/// What an async `#[gpu_scope]` function's body returns on a path never taken, to give the
+/// async block the declared return type (a call, where a diverging expression would need a lint
+/// allowed).
+pub fn never<T>() -> T {
+    unreachable!("gpu-scope: a path never taken")
+}
+
 /// Runs the body of a `#[gpu_scope]` function, given as a closure so that its `return` and `?`
 /// end the body, not the function, and the scope sees what it returns.
 #[inline(always)]
