@@ -1455,3 +1455,28 @@ fn a_default_methods_receiver_is_searched_under_the_self_bound() {
     kept(wrap.fill_bounded());
     assert_eq!(wrap.0.len(), 2);
 }
+
+#[derive(Tensors, Default)]
+struct Generic<T>(Vec<Tensor>, T);
+
+#[derive(Default)]
+struct Plain;
+
+#[gpu_scope(on_escape = error)]
+fn fill_wrapped(g: &mut Generic<Plain>) -> Result<(), Error> {
+    g.0.push(floats(4));
+    Ok(())
+}
+
+/// A derived generic type has `Tensors` only where its type arguments do: the hint says so.
+#[test]
+fn a_derived_type_over_one_without_tensors_is_named_with_the_fix() {
+    let err = fill_wrapped(&mut Generic::default()).unwrap_err();
+    let r = err.report().unwrap();
+    assert!(r.opaque_kept[0].contains("Generic<"), "{r}");
+    assert!(
+        r.to_string()
+            .contains("and to the types it is generic over"),
+        "{r}"
+    );
+}

@@ -354,7 +354,7 @@ impl StorageSet {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` does not implement `gpu_scope::Tensors`",
     label = "gpu-scope cannot see which tensors this value holds",
-    note = "for your own type, add `#[derive(gpu_scope::Tensors)]` (mark fields that hold no tensors `#[tensors(skip)]`); for a foreign type, wrap it in a newtype that derives it, or keep its tensors with `gpu_scope::keep(&tensor)`; for a generic `T`, add the bound `T: gpu_scope::Tensors`; a future (an `async` block) is no value to keep: put `#[gpu_scope]` on an `async fn` instead; a closure or `dyn` trait object cannot be looked into: return a named type that derives it, holding what the closure captures, with a method in place of the call"
+    note = "for your own type, add `#[derive(gpu_scope::Tensors)]` (mark fields that hold no tensors `#[tensors(skip)]`); for a foreign type, wrap it in a newtype that derives it, or keep its tensors with `gpu_scope::keep(&tensor)`; for a generic `T`, add the bound `T: gpu_scope::Tensors`; a future (an `async` block) is no value to keep: put `#[gpu_scope]` on an `async fn` instead; a closure cannot be looked into, nor a `dyn` trait object unless `Tensors` is a supertrait of its trait (`trait Layer: Module + gpu_scope::Tensors`): return a named type that derives it, holding what the closure captures, with a method in place of the call"
 )]
 pub trait Tensors {
     /// Adds the storages this value owns to `set`.
