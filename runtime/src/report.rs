@@ -587,7 +587,7 @@ impl fmt::Display for ScopeReport {
                  (`Self: gpu_scope::Tensors` for a receiver; the search is chosen where the \
                  function is written, so a type that derives it is not enough there); else \
                  add `#[derive(gpu_scope::Tensors)]` to the type, and to the types it is generic \
-                 over (a derived `Wrap<T>` has it only where `T` has) (for another crate's type, \
+                 over (a derived `Wrap<T>` has it only where `T` has; for another crate's type, \
                  such as a channel or a closure, pass a type of yours that holds the tensors \
                  and derives it)",
                 self.opaque_kept.join(", ")
