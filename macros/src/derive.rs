@@ -320,7 +320,8 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
         true => quote!(match *self {}),
         false => quote!(match self { #(#arms)* }),
     };
-    // A `crate = self::..` path is the user's to write; its `self::` is not linted here.
+    // A `crate = path` is the user's to write, and may name what is in scope already (a
+    // `self::`, an imported `Tensors`): not linted here.
     let qualified = krate
         .as_ref()
         .map(|_| quote!(#[allow(unused_qualifications)]));
