@@ -288,9 +288,11 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
                 .map(|v| {
                     let variant = &v.ident;
                     let (pattern, visits) = visit_fields(&v.fields, &set, krate.as_ref())?;
+                    // `Self::`, ours, so that a variant the user imported is not linted as
+                    // qualified needlessly (`unused_qualifications`).
                     Ok(match skipped(&v.attrs)? {
-                        true => quote!(#name::#variant { .. } => {}),
-                        false => quote!(#name::#variant #pattern => { #visits }),
+                        true => quote!(Self::#variant { .. } => {}),
+                        false => quote!(Self::#variant #pattern => { #visits }),
                     })
                 })
                 .collect::<syn::Result<_>>()?,

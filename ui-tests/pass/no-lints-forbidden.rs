@@ -1,10 +1,12 @@
 // The expansions allow no lint a crate may `forbid` (an `allow` under `forbid` is an error):
 // the derive (fields skipped, an empty enum), async functions, an owned receiver, an
-// argument bound `ref mut`, and `scope!` blocks that diverge or not.
+// argument bound `ref mut`, `scope!` blocks that diverge or not, and an enum whose variant is
+// imported (the derive names it `Self::`).
 #![forbid(unreachable_code, unreachable_patterns, unused_variables, unused_mut)]
 #![forbid(unused_qualifications)]
 use gpu_scope::gpu_scope;
 use tch::Tensor;
+use Either::Nothing;
 
 #[derive(gpu_scope::Tensors)]
 struct Outputs {
@@ -53,10 +55,14 @@ impl Outputs {
 fn first_or_nothing(xs: &[Tensor]) -> Either {
     gpu_scope::scope!({
         if xs.is_empty() {
-            return Either::Nothing;
+            return Nothing;
         }
         Either::Tensor(&xs[0] * 2)
     })
+}
+
+fn strict(x: &Tensor) -> Result<Tensor, gpu_scope::Error> {
+    gpu_scope::scope!(on_escape = error, { x * 2 })
 }
 
 fn panics() -> i32 {
@@ -67,7 +73,8 @@ fn main() {
     let t = Tensor::from(1.0);
     let _ = outputs(&t, vec![]).into_logits();
     drop(later(1.0));
-    assert!(matches!(first_or_nothing(&[]), Either::Nothing));
+    assert!(matches!(first_or_nothing(&[]), Nothing));
+    let _ = strict(&t).unwrap();
     assert!(matches!(first_or_nothing(&[t]), Either::Tensor(_)));
     let _ = (Skipped { _name: String::new() }, panics as fn() -> i32);
     let _ = |n: &Never| -> Never { match *n {} };
