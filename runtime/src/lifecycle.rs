@@ -61,6 +61,8 @@ pub(crate) struct OpenScope {
     /// happens to finish in.
     made_in: Option<Chain>,
     closed: bool,
+    /// Checked where it was dropped unfinished (a cancelled future no scope takes in).
+    cancelled: bool,
 }
 
 impl OpenScope {
@@ -91,6 +93,7 @@ impl OpenScope {
             polled_in: None,
             made_in: None,
             closed: false,
+            cancelled: false,
         };
         if let Err(error) = scope.place(true) {
             // Never opened for the user: no report, no exit event.
@@ -179,8 +182,6 @@ impl OpenScope {
     /// Ends the scope and builds its report; `checked` judges what is still alive against
     /// `kept`, else everything alive is handed to the enclosing scope unchecked.
     pub(crate) fn close(&mut self, kept: &StorageSet, checked: bool) -> ScopeReport {
-        // Checked off every stack, where nothing takes it in: a cancelled future.
-        let cancelled = checked && self.judged_by_nobody();
         self.closed = true;
         let mut taken_off = false;
         let (above, enclosing) = match &self.placed {
@@ -251,7 +252,6 @@ impl OpenScope {
             ended_inside.append(&mut closed.ended_inside);
         }
         report.ended_inside = ended_inside;
-        report.cancelled = cancelled;
         if !report.escaped.is_empty() && !self.attributed && attribution() == Attribution::OnLeak {
             sites::leaked(self.opts.location);
         }
@@ -445,7 +445,7 @@ impl OpenScope {
             ended_inside: Vec::new(),
             attributed: self.attributed,
             backward: closed.backward,
-            cancelled: false,
+            cancelled: self.cancelled,
             started: self.started.saturating_duration_since(*EPOCH),
             elapsed: self.started.elapsed(),
         }
@@ -594,6 +594,7 @@ impl OpenScope {
         } else if self.judged_by_nobody() {
             // A cancelled future that no open scope takes in: checked here, with nothing
             // handed back. A drop cannot return an error: `error` warns.
+            self.cancelled = true;
             let report = self.close(&StorageSet::new(), true);
             let policy = match self.opts.policy() {
                 EscapePolicy::Error => EscapePolicy::Warn,
