@@ -418,3 +418,34 @@ fn a_long_list_of_derived_nodes_is_kept_on_a_small_stack() {
         .expect("the visit does not overflow the thread's stack");
     assert_eq!(kept, NODES * common::block(4));
 }
+
+/// A layer kept as a trait object: with `Tensors` a supertrait of its trait, a `dyn` value
+/// is searched through the concrete type's impl (the compile error's note says so).
+trait DynLayer: Module + Tensors {}
+
+#[derive(Debug, Tensors)]
+struct Scale(Tensor);
+
+impl Module for Scale {
+    fn forward(&self, x: &Tensor) -> Tensor {
+        x * &self.0
+    }
+}
+
+impl DynLayer for Scale {}
+
+#[derive(Tensors)]
+struct Stack {
+    layers: Vec<Box<dyn DynLayer>>,
+}
+
+#[test]
+fn a_dyn_layer_whose_trait_has_tensors_is_kept() {
+    let (stack, r) = scope(strict("dyn layers"), || Stack {
+        layers: vec![Box::new(Scale(floats(3))), Box::new(Scale(floats(5)))],
+    })
+    .unwrap();
+    assert!(r.is_clean(), "{r}");
+    assert_eq!(r.kept, common::block(3 * 4) + common::block(5 * 4), "{r}");
+    assert_eq!(stack.layers[1].forward(&floats(5)).size(), [5]);
+}

@@ -691,8 +691,9 @@ fn buffers_beside_an_optimizer_made_in_the_scope_escape() {
 
 /// A scope that builds a model whose parameters are fused by `Tensor::cat` and trains it:
 /// their state has no gradient's size (the gradients are views of one buffer), but it has
-/// the size of a variable of the kept optimizer (handed back, or given to `keep` before the
-/// backward pass), made here and trained here: held on purpose.
+/// the size of a variable of the kept optimizer, made here and trained here: held on purpose.
+/// Handed back, its variables have gradients when it is searched; given to `keep` before the
+/// backward pass, they have none yet, and count because a backward pass ran in the scope.
 #[test]
 fn a_model_built_and_trained_in_the_scope_holds_its_fused_state() {
     let _serial = serial();

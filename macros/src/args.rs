@@ -361,7 +361,7 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
         // Wrap(ref mut t)` reaches into the caller's value, and is searched as below.
         (Type::Reference(_), None)
             if matches!(pat, Pat::Wild(_))
-                || matches!(pat, Pat::Reference(_)) && !binds_by_ref(pat).0 => {}
+                || matches!(pat, Pat::Reference(_)) && binds_by_ref(pat).is_none() => {}
         (Type::Reference(r), None)
             if r.mutability.is_some() && borrows.from(r.lifetime.as_ref()) =>
         {
@@ -404,7 +404,7 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
                     let whole = local::arg(args.rebinds.len());
                     let parts = std::mem::replace(pat, ident_pat(whole.clone()));
                     // `mut` for a `ref mut` binding in the parts (`Wrap(ref mut t): Wrap`).
-                    args.rebinds.push(match binds_by_ref(&parts).1 {
+                    args.rebinds.push(match binds_by_ref(&parts) == Some(true) {
                         true => quote_spanned!(span=> let mut #whole = #whole;),
                         false => quote_spanned!(span=> let #whole = #whole;),
                     });
@@ -426,21 +426,20 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
     }
 }
 
-/// Whether `pat` binds something by reference (`ref t`, `ref mut t`), and whether mutably.
-fn binds_by_ref(pat: &Pat) -> (bool, bool) {
-    struct ByRef(bool, bool);
+/// Whether `pat` binds something by reference (`ref t`, `ref mut t`): then whether mutably.
+fn binds_by_ref(pat: &Pat) -> Option<bool> {
+    struct ByRef(Option<bool>);
     impl<'ast> syn::visit::Visit<'ast> for ByRef {
         fn visit_pat_ident(&mut self, p: &'ast syn::PatIdent) {
             if p.by_ref.is_some() {
-                self.0 = true;
-                self.1 |= p.mutability.is_some();
+                self.0 = Some(self.0 == Some(true) || p.mutability.is_some());
             }
             syn::visit::visit_pat_ident(self, p);
         }
     }
-    let mut found = ByRef(false, false);
+    let mut found = ByRef(None);
     syn::visit::Visit::visit_pat(&mut found, pat);
-    (found.0, found.1)
+    found.0
 }
 
 fn ident_pat(ident: Ident) -> Pat {

@@ -21,7 +21,8 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
 /// ```ignore
 /// {
 ///     let exit = ScopeGuard::enter(opts);      // the runtime applies the escape policy
-///     let value = { body };               // `?`, `return`, `break` drop the guard: no check
+///     let value = if true { body } else { never() }; // `?`, `return`, `break` drop the
+///                                         // guard: no check
 ///     let mut kept = StorageSet::new();
 ///     Tensors::visit(&value, &mut kept);  // the value and each `keep` entry must implement
 ///     Tensors::visit(&cache, &mut kept);  // `Tensors`

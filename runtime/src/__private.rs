@@ -74,9 +74,9 @@ impl ScopeGuard {
     }
 }
 
-/// What an async `#[gpu_scope]` function's body returns on a path never taken, to give the
-/// async block the declared return type (a call, where a diverging expression would need a lint
-/// allowed).
+/// A value for a path never taken in the expansions (an async body's declared return type, an
+/// owned receiver's move, `scope!`'s block beside it): a call, where a diverging expression
+/// would need a lint allowed.
 pub fn never<T>() -> T {
     unreachable!("gpu-scope: a path never taken")
 }

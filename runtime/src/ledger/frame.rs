@@ -137,8 +137,9 @@ pub(crate) struct FrameState {
     /// The requested sizes of the gradients it owned that outlived their backward pass (a
     /// parameter's `.grad`) and were freed since, by `zero_grad`, and those of the frames that
     /// closed into it: an optimizer's state, made beside them, has their sizes. Also the sizes
-    /// of the variables of an optimizer given to `keep` (a step whose backward ran in other
-    /// scopes, or handed back). (The live gradients are looked at by the check.)
+    /// of the variables of an optimizer given to `keep` that were made before it or have a
+    /// gradient (a step whose backward ran in other scopes, or handed back); the others are
+    /// in `variables`. (The live gradients are looked at by the check.)
     pub gradients: FxHashSet<(DeviceId, u64)>,
     /// The sizes of the variables of an optimizer given to `keep` that were made in it (or in
     /// a frame closed into it) and had no gradient then: its state's only where a backward
