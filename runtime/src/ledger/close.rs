@@ -98,7 +98,7 @@ pub(crate) fn close_keeping_in(
     if frame.noted(PARKED) {
         end_parked(frame, enclosing, &mut closed.ended_inside);
     }
-    let (keys, saw_backward, gradients, late) = {
+    let (keys, saw_backward, sizes, late) = {
         let mut state = frame.lock();
         if !state.open {
             return closed;
@@ -118,7 +118,8 @@ pub(crate) fn close_keeping_in(
             true => Vec::new(),
             false => std::mem::take(&mut state.parked),
         };
-        let gradients = match state.gradients.is_empty() && state.variables.is_empty() {
+        // The optimizer-state sizes it knew (`FrameState::gradients` and `variables`).
+        let sizes = match state.gradients.is_empty() && state.variables.is_empty() {
             true => None,
             false => Some((
                 std::mem::take(&mut state.gradients),
@@ -128,7 +129,7 @@ pub(crate) fn close_keeping_in(
         (
             std::mem::take(&mut state.keys),
             state.saw_backward,
-            gradients,
+            sizes,
             late,
         )
     };
@@ -144,14 +145,14 @@ pub(crate) fn close_keeping_in(
         }
     }
     closed.backward = saw_backward;
-    if saw_backward || gradients.is_some() {
+    if saw_backward || sizes.is_some() {
         // The enclosing scope's check looks for gradients too (handed on or freed), whether
         // this frame's blocks are alive or not, and knows optimizer state by the sizes this
         // frame knew it by.
         if let Some(chain) = enclosing.and_then(open_chain) {
             let mut state = chain[0].lock();
             state.saw_backward |= saw_backward;
-            if let Some((gradients, variables)) = gradients {
+            if let Some((gradients, variables)) = sizes {
                 state.gradients.extend(gradients);
                 state.variables.extend(variables);
             }
