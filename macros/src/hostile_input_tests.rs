@@ -136,6 +136,16 @@ fn malformed_attribute_options() {
             Some("\"12 parsecs\""),
             "bad size",
         ),
+        (
+            "release = \"abc\"",
+            Some("\"abc\""),
+            "or a policy: `release = outermost | always | never`",
+        ),
+        (
+            "max_peak = \"512 mib\"",
+            Some("\"512 mib\""),
+            "units are case-sensitive: `MiB`",
+        ),
         ("max_peak = \"-1 GiB\"", Some("\"-1 GiB\""), "bad size"),
         (
             "max_peak = \"99999999999 TiB\"",

@@ -180,7 +180,7 @@ impl Options {
                     ));
                 }
                 Ok(match string_literal(&value) {
-                    Some(lit) => Bytes::Size(size_literal(lit)?),
+                    Some(lit) => Bytes::Size(size_literal(lit, "")?),
                     None => Bytes::Expr(Box::new(value)),
                 })
             })
@@ -365,7 +365,8 @@ fn parse_release(input: ParseStream) -> syn::Result<Release> {
                 format!("write the policy as a bare word: `release = {word}` (a string is a size)"),
             ));
         }
-        return Ok(Release::Above(size_literal(&lit)?));
+        let policies = ", or a policy: `release = outermost | always | never`";
+        return size_literal(&lit, policies).map(Release::Above);
     }
     one_of(
         input,
@@ -411,13 +412,14 @@ fn one_of<T: Copy>(
     }
 }
 
-fn size_literal(lit: &LitStr) -> syn::Result<u64> {
+/// `more`: what else the option takes, after the sizes.
+fn size_literal(lit: &LitStr, more: &str) -> syn::Result<u64> {
     parse_size(&lit.value()).map_err(|why| {
         syn::Error::new(
             lit.span(),
             format!(
                 "bad size: {why}; write a number and a unit such as \"512 MiB\", \"1.5 GiB\", \
-                 \"100 MB\" or plain bytes \"4096\""
+                 \"100 MB\" or plain bytes \"4096\"{more}"
             ),
         )
     })

@@ -19,16 +19,16 @@ pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
     }
     let number = number.replace('_', "");
     let number = number.as_str();
-    let scale = match unit {
-        "" => 1,
-        unit => unit_scale(unit).ok_or_else(|| format!("unknown unit `{unit}`"))?,
-    };
     // In whole numbers, not floating point: every size up to `u64::MAX` is exact.
     let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
     let digits = |d: &str| d.bytes().all(|b| b.is_ascii_digit());
     if (whole.is_empty() && fraction.is_empty()) || !digits(fraction) {
         return Err(format!("`{text}` does not start with a number"));
     }
+    let scale = match unit {
+        "" => 1,
+        unit => unit_scale(unit).ok_or_else(|| unknown_unit(unit))?,
+    };
     if scale == 1 && fraction.bytes().any(|b| b != b'0') {
         return Err(format!("`{text}` is not a whole number of bytes"));
     }
@@ -43,6 +43,15 @@ pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
     let numerator = fraction.parse::<u128>().unwrap_or(0) * u128::from(scale);
     bytes += (numerator + denominator / 2) / denominator;
     u64::try_from(bytes).map_err(|_| format!("`{text}` is too large"))
+}
+
+/// Names the unit a wrongly cased one was meant to be (`mib`: `MiB`).
+fn unknown_unit(unit: &str) -> String {
+    const UNITS: [&str; 9] = ["B", "KiB", "MiB", "GiB", "TiB", "KB", "MB", "GB", "TB"];
+    match UNITS.iter().find(|u| u.eq_ignore_ascii_case(unit)) {
+        Some(meant) => format!("unknown unit `{unit}` (units are case-sensitive: `{meant}`)"),
+        None => format!("unknown unit `{unit}`"),
+    }
 }
 
 /// The bytes in one `unit` (`B`, `KiB` to `TiB`, `kB` or `KB` to `TB`).
@@ -85,7 +94,18 @@ mod tests {
         assert_eq!(parse_size("1_024 KiB"), Ok(1 << 20));
         assert!(parse_size("_1 KiB").is_err());
         assert!(parse_size("lots").is_err());
-        assert!(parse_size("3 parsecs").is_err());
+        assert_eq!(
+            parse_size("3 parsecs"),
+            Err("unknown unit `parsecs`".into())
+        );
+        assert_eq!(
+            parse_size("512 mib"),
+            Err("unknown unit `mib` (units are case-sensitive: `MiB`)".into())
+        );
+        assert_eq!(
+            parse_size("abc"),
+            Err("`abc` does not start with a number".into())
+        );
         assert!(parse_size("").is_err());
         assert_eq!(parse_size("0.5 KiB"), Ok(512));
         assert_eq!(parse_size(".25 KB"), Ok(250));
