@@ -588,3 +588,29 @@ fn the_macros_reach_gpu_scope_through_the_path_given() {
     };
     assert_eq!(r.escaped_bytes, 20, "{r}");
 }
+
+#[gpu_scope(on_escape = panic)]
+fn compare(a: &Tensor, b: &Tensor) -> std::cmp::Ordering {
+    let (a, b) = (
+        (a + 1.0).sum(tch::Kind::Float),
+        (b + 1.0).sum(tch::Kind::Float),
+    );
+    a.double_value(&[]).total_cmp(&b.double_value(&[]))
+}
+
+#[gpu_scope(on_escape = panic)]
+fn bare_error(path: &str) -> std::io::Error {
+    let _scratch = floats(2) * 2.0;
+    std::fs::read(path).expect_err("the path does not exist")
+}
+
+/// Common std return types that hold no tensors need no impl of the user's.
+#[test]
+fn plain_std_return_types_are_kept_as_holding_no_tensors() {
+    let (a, b) = (floats(1), floats(2));
+    assert_eq!(compare(&a, &b), std::cmp::Ordering::Less);
+    assert!(last_report().expect("a report").is_clean());
+    let error = bare_error("/nonexistent/gpu-scope");
+    assert_eq!(error.kind(), std::io::ErrorKind::NotFound);
+    assert!(last_report().expect("a report").is_clean());
+}

@@ -574,6 +574,12 @@ leaf!(
     Duration,
     Instant,
     std::time::SystemTime,
+    std::cmp::Ordering,
+    std::any::TypeId,
+    // Errors returned bare: what they hold is text.
+    std::fmt::Error,
+    std::io::Error,
+    tch::TchError,
     tch::Device,
     tch::Kind,
     tch::Layout,
