@@ -162,13 +162,17 @@ pub struct DeviceReport {
     pub cache_released: u64,
 }
 
-/// What one scope did, produced on every exit. [`to_json`](ScopeReport::to_json) adds the
-/// versions of gpu-scope, tch and libtorch to its fields.
+/// What one scope did, produced on every exit. Serialised (by [`to_json`](ScopeReport::to_json)
+/// or any serde serializer), it carries its status and the versions of gpu-scope, tch and
+/// libtorch beside its fields.
 ///
 /// Byte counts are the allocator's blocks: on the CPU exactly what was asked for; on CUDA the
 /// caching allocator's block, rounded up to a multiple of 512 bytes (sometimes a larger block).
 /// The `requested` fields say what the tensors asked for.
 #[derive(Clone, Debug, Serialize)]
+// The derive writes the fields (`ScopeReport::serialize`); the `Serialize` impl below adds the
+// status and the versions to them.
+#[serde(remote = "Self")]
 pub struct ScopeReport {
     /// The scope's name: the `name` option, else the function's path for the attribute (a
     /// method's with its type) and `file:line` for `scope!`.
@@ -319,11 +323,17 @@ impl ScopeReport {
     /// integers, addresses decimal integers (the table writes them in hex), places
     /// `"file:line"`, and `started` and `elapsed` whole microseconds.
     pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a report always serialises")
+    }
+}
+
+impl Serialize for ScopeReport {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         #[derive(Serialize)]
         struct Json<'a> {
             versions: Versions,
             status: &'static str,
-            #[serde(flatten)]
+            #[serde(flatten, with = "ScopeReport")]
             report: &'a ScopeReport,
         }
         let json = Json {
@@ -331,7 +341,7 @@ impl ScopeReport {
             status: self.status(),
             report: self,
         };
-        serde_json::to_string(&json).expect("a report always serialises")
+        json.serialize(serializer)
     }
 }
 
@@ -762,6 +772,19 @@ mod tests {
             let json = r.to_json();
             assert!(json.contains(status), "{json}");
         }
+    }
+
+    /// A report serialised by serde anywhere (in a list, in a struct of the user's) has the
+    /// same shape as `to_json`'s: the status and the versions beside its fields.
+    #[test]
+    fn serde_anywhere_gives_to_json_s_shape() {
+        let r = report("json", 1);
+        let alone: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert_eq!(alone["status"], "escaped");
+        assert_eq!(alone["versions"]["gpu_scope"], env!("CARGO_PKG_VERSION"));
+        assert_eq!(alone["name"], "json");
+        let list = serde_json::to_value([&r, &r]).unwrap();
+        assert_eq!(list[1], alone);
     }
 
     /// An escaped report says how to fix it, and how to find where each allocation was made
