@@ -22,8 +22,11 @@ pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
     // In whole numbers, not floating point: every size up to `u64::MAX` is exact.
     let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
     let digits = |d: &str| d.bytes().all(|b| b.is_ascii_digit());
-    if (whole.is_empty() && fraction.is_empty()) || !digits(fraction) {
+    if whole.is_empty() && fraction.is_empty() {
         return Err(format!("`{text}` does not start with a number"));
+    }
+    if !digits(fraction) {
+        return Err(format!("`{number}` in `{text}` is not a number"));
     }
     let scale = match unit {
         "" => 1,
@@ -111,7 +114,10 @@ mod tests {
         assert_eq!(parse_size(".25 KB"), Ok(250));
         assert_eq!(parse_size("3.0"), Ok(3));
         assert!(parse_size("1.5").is_err(), "not a whole number of bytes");
-        assert!(parse_size("1.2.3 MiB").is_err());
+        assert_eq!(
+            parse_size("1.2.3 MiB"),
+            Err("`1.2.3` in `1.2.3 MiB` is not a number".into())
+        );
         assert!(parse_size(". MiB").is_err());
     }
 
