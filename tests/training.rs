@@ -72,6 +72,8 @@ fn adam_steps_are_clean_and_say_what_they_keep() {
     }
     let table = train(&mut s, false).unwrap().to_string();
     assert!(table.contains("gradients"), "{table}");
+    let says = "optimizer's step stored for tensors from outside the scope: held on purpose";
+    assert!(table.contains(says), "{table}");
 }
 
 /// A leak made with autograd off beside a step (a metric kept in a global) is an escape, not

@@ -539,6 +539,14 @@ impl fmt::Display for ScopeReport {
                 places.join(", ")
             )?;
         }
+        if self.held_by(HeldBy::Gradient) + self.held_by(HeldBy::OptimizerState) > 0 {
+            writeln!(
+                f,
+                "  note: `gradients` and `optimizer state` are what a backward pass and an \
+                 optimizer's step stored for tensors from outside the scope: held on purpose, \
+                 not escaped"
+            )?;
+        }
         if self.held_by(HeldBy::AutogradGraph) > 0 {
             writeln!(
                 f,
