@@ -60,9 +60,9 @@ pub struct Escape {
     pub backtrace: Option<String>,
 }
 
-/// Why memory that outlived a scope is not an escape.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
+/// Why memory that outlived a scope is not an escape. Serialised as the table's words
+/// (`"gradients"`, `"cuBLAS workspace"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum HeldBy {
     /// A library keeps it on purpose for the thread and stream (`"cuBLAS workspace"`,
     /// `"cuBLASLt workspace"`); libtorch frees it only when asked to
@@ -95,6 +95,12 @@ pub enum HeldBy {
     /// out of tracking by that scope's own end. (In such a scope, also blocks of its own that
     /// another thread freed while it was ending; elsewhere those count as freed.)
     OtherScope,
+}
+
+impl Serialize for HeldBy {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
 }
 
 impl fmt::Display for HeldBy {
@@ -780,6 +786,15 @@ mod tests {
             let json = r.to_json();
             assert!(json.contains(status), "{json}");
         }
+    }
+
+    /// What holds memory is one string in the JSON, the table's words, whatever the kind.
+    #[test]
+    fn held_by_serialises_as_the_table_s_words() {
+        let json =
+            serde_json::to_string(&[HeldBy::Workspace("cuBLAS workspace"), HeldBy::Gradient])
+                .unwrap();
+        assert_eq!(json, r#"["cuBLAS workspace","gradients"]"#);
     }
 
     /// A report serialised by serde anywhere (in a list, in a struct of the user's) has the
