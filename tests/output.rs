@@ -341,6 +341,42 @@ fn allocate_here() -> Tensor {
     floats(12)
 }
 
+#[inline(never)]
+fn load_here(path: &std::path::Path) -> Tensor {
+    Tensor::load(path).unwrap()
+}
+
+/// A tensor read from a file is made outside any operator: the report says why its row names
+/// none, and its backtrace starts at the user's code, not in libtorch's reader.
+#[test]
+fn loaded_tensors_say_why_no_operator_and_where_they_were_made() {
+    if in_child() {
+        let path = std::env::temp_dir().join(format!("gpu-scope-load-{}.ot", std::process::id()));
+        common::cpu_floats(12).save(&path).unwrap();
+        let report = common::escaped(scope(strict("loaded"), || {
+            SINK.lock().unwrap().push(load_here(&path))
+        }));
+        std::fs::remove_file(&path).unwrap();
+        println!("{report}");
+        return;
+    }
+    let out = child(
+        "loaded_tensors_say_why_no_operator_and_where_they_were_made",
+        &[("GPU_SCOPE_BACKTRACE", "1"), ("GPU_SCOPE_OPERATORS", "on")],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("(operator `-`: made outside any libtorch operator"),
+        "{stdout}"
+    );
+    let first = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("allocated in"))
+        .unwrap_or_else(|| panic!("no backtrace: {stdout}"));
+    assert!(first.contains("output::load_here"), "{stdout}");
+}
+
 #[test]
 fn backtraces_start_at_the_users_code() {
     if in_child() {

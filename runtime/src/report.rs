@@ -685,6 +685,12 @@ impl ScopeReport {
                 "  (found without attribution: under GPU_SCOPE_OPERATORS=on-leak the next scope \
                  here names operators and shapes; =on names them always)"
             )?;
+        } else if self.escaped.iter().any(|e| e.operator.is_none()) {
+            writeln!(
+                f,
+                "  (operator `-`: made outside any libtorch operator, as by a file loader \
+                 (`Tensor::load`, `VarStore::load`), so no operator or shape was recorded)"
+            )?;
         }
         let traced = self.escaped.iter().any(|e| e.backtrace.is_some());
         writeln!(

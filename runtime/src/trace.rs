@@ -3,8 +3,9 @@
 use std::fmt::Write;
 
 /// Frames from these crates and libraries are not where the user allocated.
-const NOT_USER: [&str; 14] = [
+const NOT_USER: [&str; 15] = [
     "backtrace::",
+    "caffe2::",
     "gpu_scope_runtime::",
     "gs_",
     "std::",
@@ -21,11 +22,19 @@ const NOT_USER: [&str; 14] = [
 ];
 
 /// Files of libtorch's and the C++ library's headers: code inlined from them (a kernel
-/// wrapper's `operator()`) is not the user's either, whatever its name.
-const NOT_USER_FILES: [&str; 4] = ["/ATen/", "/c10/", "/torch/csrc/", "/include/c++/"];
+/// wrapper's `operator()`) is not the user's either, whatever its name; nor is torch-sys's C
+/// wrapper (`at_load`).
+const NOT_USER_FILES: [&str; 5] = [
+    "/ATen/",
+    "/c10/",
+    "/torch/csrc/",
+    "/include/c++/",
+    "/libtch/",
+];
 
-/// Marks of gpu-scope's own frames: the capture, the hook that took it and the shim's
-/// allocator wrapper or reporter that called the hook.
+/// Marks of gpu-scope's own frames: the capture, then (the allocation's path, from the
+/// second on) the hook that took it and the shim's allocator wrapper or reporter that called
+/// the hook.
 const OURS: [&str; 5] = [
     "gpu_scope_runtime::",
     "gs_rust_",
@@ -59,10 +68,16 @@ pub(crate) fn format(mut bt: backtrace::Backtrace) -> String {
             frames.push((name, at));
         }
     }
-    // Everything up to the shim's allocator wrapper (or reporter) is gpu-scope's own.
-    let ours =
-        |(name, at): &(String, String)| OURS.iter().any(|m| name.contains(m) || at.contains(m));
-    let start = frames.iter().take(32).rposition(ours).map_or(0, |i| i + 1);
+    // Everything up to the shim's allocator wrapper (or reporter) is gpu-scope's own; not
+    // its frames below the user's code (the scope that ran the closure), which a shallow
+    // stack also has among its first frames.
+    let marked = |marks: &[&str], (name, at): &(String, String)| {
+        marks.iter().any(|m| name.contains(m) || at.contains(m))
+    };
+    let ours = |frame: &(String, String)| marked(&OURS, frame);
+    let start = (frames.iter().take(32))
+        .rposition(|frame| marked(&OURS[1..], frame))
+        .map_or(0, |i| i + 1);
     // Below the user's code: gpu-scope's own frames (the scope that ran the closure) and the
     // runtime that started the thread or `main`.
     let end = frames
