@@ -689,7 +689,7 @@ impl ScopeReport {
             writeln!(
                 f,
                 "  (operator `-`: made outside any libtorch operator, as by a file loader \
-                 (`Tensor::load`, `VarStore::load`), so no operator or shape was recorded)"
+                 (`Tensor::load`, `Tensor::load_multi`), so no operator or shape was recorded)"
             )?;
         }
         let traced = self.escaped.iter().any(|e| e.backtrace.is_some());
