@@ -7,7 +7,6 @@
 //! totals count a block whose request is unknown (the first CUDA allocation of a process) at
 //! its block size.
 use crate::device::DeviceId;
-use crate::versions::Versions;
 use serde::Serialize;
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -175,16 +174,12 @@ pub struct DeviceReport {
 /// Byte counts are the allocator's blocks: on the CPU exactly what was asked for; on CUDA the
 /// caching allocator's block, rounded up to a multiple of 512 bytes (sometimes a larger block).
 /// The `requested` fields say what the tensors asked for.
-#[derive(Clone, Debug, Serialize)]
-// The derive writes the fields (`ScopeReport::serialize`); the `Serialize` impl below adds the
-// status and the versions to them.
-#[serde(remote = "Self")]
+#[derive(Clone, Debug)]
 pub struct ScopeReport {
     /// The scope's name: the `name` option, else the function's path for the attribute (a
     /// method's with its type) and `file:line` for `scope!`.
     pub name: Cow<'static, str>,
     /// Where the scope is in the source; serialised as `file:line`.
-    #[serde(serialize_with = "file_line")]
     pub location: &'static Location<'static>,
     /// Per device, for each device the scope allocated on, in device order.
     pub devices: Vec<DeviceReport>,
@@ -240,7 +235,6 @@ pub struct ScopeReport {
     /// Where scopes still open inside this one were opened, which its exit ended, unchecked,
     /// handing their allocations to it (scopes should end innermost first); serialised as
     /// `file:line` each.
-    #[serde(serialize_with = "files_lines")]
     pub ended_inside: Vec<&'static Location<'static>>,
     /// Whether allocations were attributed to operators and shapes (see
     /// [`Attribution`](crate::Attribution)).
@@ -254,28 +248,14 @@ pub struct ScopeReport {
     pub cancelled: bool,
     /// Time since the process's first scope (entered, or refused on entry) when this one
     /// started (in JSON: microseconds).
-    #[serde(serialize_with = "micros")]
     pub started: Duration,
     /// Time from entry to the end of the check (in JSON: microseconds).
-    #[serde(serialize_with = "micros")]
     pub elapsed: Duration,
-}
-
-fn file_line<S: serde::Serializer>(l: &&Location, s: S) -> Result<S::Ok, S::Error> {
-    s.collect_str(&format_args!("{}:{}", l.file(), l.line()))
-}
-
-fn files_lines<S: serde::Serializer>(ls: &[&Location], s: S) -> Result<S::Ok, S::Error> {
-    s.collect_seq(ls.iter().map(|l| place(l)))
 }
 
 /// `file:line`.
 pub(crate) fn place(l: &Location) -> String {
     format!("{}:{}", l.file(), l.line())
-}
-
-fn micros<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_u64(d.as_micros() as u64)
 }
 
 impl ScopeReport {
@@ -333,21 +313,74 @@ impl ScopeReport {
     }
 }
 
+/// The status and the versions, then the fields, places as `file:line` and durations in
+/// microseconds.
 impl Serialize for ScopeReport {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        #[derive(Serialize)]
-        struct Json<'a> {
-            versions: Versions,
-            status: &'static str,
-            #[serde(flatten, with = "ScopeReport")]
-            report: &'a ScopeReport,
-        }
-        let json = Json {
-            versions: crate::versions(),
-            status: self.status(),
-            report: self,
-        };
-        json.serialize(serializer)
+        use serde::ser::SerializeStruct;
+        // Every field, named: a field added to the struct and not here does not compile.
+        let ScopeReport {
+            name,
+            location,
+            devices,
+            allocations,
+            allocated,
+            requested,
+            freed,
+            peak,
+            kept,
+            escaped_bytes,
+            escaped_requested,
+            escaped,
+            held,
+            opaque_kept,
+            uninspected_kept,
+            lending_args,
+            untracked,
+            cache_released,
+            released,
+            max_peak,
+            checked,
+            ended_inside,
+            attributed,
+            backward,
+            cancelled,
+            started,
+            elapsed,
+        } = self;
+        let micros = |d: &Duration| d.as_micros() as u64;
+        let ended_inside: Vec<String> = ended_inside.iter().map(|l| place(l)).collect();
+        let mut s = serializer.serialize_struct("ScopeReport", 29)?;
+        s.serialize_field("versions", &crate::versions())?;
+        s.serialize_field("status", self.status())?;
+        s.serialize_field("name", name)?;
+        s.serialize_field("location", &place(location))?;
+        s.serialize_field("devices", devices)?;
+        s.serialize_field("allocations", allocations)?;
+        s.serialize_field("allocated", allocated)?;
+        s.serialize_field("requested", requested)?;
+        s.serialize_field("freed", freed)?;
+        s.serialize_field("peak", peak)?;
+        s.serialize_field("kept", kept)?;
+        s.serialize_field("escaped_bytes", escaped_bytes)?;
+        s.serialize_field("escaped_requested", escaped_requested)?;
+        s.serialize_field("escaped", escaped)?;
+        s.serialize_field("held", held)?;
+        s.serialize_field("opaque_kept", opaque_kept)?;
+        s.serialize_field("uninspected_kept", uninspected_kept)?;
+        s.serialize_field("lending_args", lending_args)?;
+        s.serialize_field("untracked", untracked)?;
+        s.serialize_field("cache_released", cache_released)?;
+        s.serialize_field("released", released)?;
+        s.serialize_field("max_peak", max_peak)?;
+        s.serialize_field("checked", checked)?;
+        s.serialize_field("ended_inside", &ended_inside)?;
+        s.serialize_field("attributed", attributed)?;
+        s.serialize_field("backward", backward)?;
+        s.serialize_field("cancelled", cancelled)?;
+        s.serialize_field("started", &micros(started))?;
+        s.serialize_field("elapsed", &micros(elapsed))?;
+        s.end()
     }
 }
 
@@ -812,6 +845,11 @@ mod tests {
         assert_eq!(alone["status"], "escaped");
         assert_eq!(alone["versions"]["gpu_scope"], env!("CARGO_PKG_VERSION"));
         assert_eq!(alone["name"], "json");
+        assert_eq!(
+            alone.as_object().unwrap().len(),
+            29,
+            "every field, the status, the versions"
+        );
         let list = serde_json::to_value([&r, &r]).unwrap();
         assert_eq!(list[1], alone);
     }
