@@ -367,7 +367,7 @@ fn loaded_tensors_say_why_no_operator_and_where_they_were_made() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}");
     assert!(
-        stdout.contains("(operator `-`: made outside any libtorch operator"),
+        stdout.contains("(operator `-`: no libtorch operator was running when it was made"),
         "{stdout}"
     );
     let first = stdout

@@ -721,8 +721,9 @@ impl ScopeReport {
         } else if self.escaped.iter().any(|e| e.operator.is_none()) {
             writeln!(
                 f,
-                "  (operator `-`: made outside any libtorch operator, as by a file loader \
-                 (`Tensor::load`, `Tensor::load_multi`), so no operator or shape was recorded)"
+                "  (operator `-`: no libtorch operator was running when it was made, so none \
+                 and no shape was recorded, as for a file loader's tensors (`Tensor::load`, \
+                 `Tensor::load_multi`))"
             )?;
         }
         let traced = self.escaped.iter().any(|e| e.backtrace.is_some());

@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 /// Frames from these crates and libraries are not where the user allocated.
-const NOT_USER: [&str; 15] = [
+const NOT_USER: [&str; 14] = [
     "backtrace::",
     "caffe2::",
     "gpu_scope_runtime::",
@@ -18,7 +18,6 @@ const NOT_USER: [&str; 15] = [
     "torch::",
     "(anonymous namespace)::",
     "__rust",
-    "atg_",
 ];
 
 /// Files of libtorch's and the C++ library's headers: code inlined from them (a kernel
@@ -47,8 +46,13 @@ const OURS: [&str; 5] = [
 /// on are the runtime's.
 const RUNTIME: [&str; 1] = ["__rust_begin_short_backtrace"];
 
-/// Whether a symbol (or, for `<T as Trait>::f`, its type) starts with one of `prefixes`.
+/// Whether a symbol (or, for `<T as Trait>::f`, its type; for a C++ template function,
+/// what follows its return type: `void torch::load<..>(..)`) starts with one of `prefixes`.
 fn starts_with_any(name: &str, prefixes: &[&str]) -> bool {
+    let name = match name.split_once(' ') {
+        Some((word, rest)) if !word.contains([':', '<', '(']) => rest,
+        _ => name,
+    };
     let name = name.trim_start_matches('<');
     prefixes.iter().any(|p| name.starts_with(p))
 }
@@ -87,8 +91,12 @@ pub(crate) fn format(mut bt: backtrace::Backtrace) -> String {
         .max(start);
     let frames: Vec<_> = frames[start..end].iter().filter(|f| !ours(f)).collect();
     let mut out = String::new();
+    // torch-sys's C wrapper (`at_load`, `atg_add`, `ato_step`): a Rust symbol has a path.
+    let tch_c = |name: &str| name.starts_with("at") && !name.contains("::");
     let users = |(name, at): &&(String, String)| {
-        !starts_with_any(name, &NOT_USER) && !NOT_USER_FILES.iter().any(|f| at.contains(f))
+        !starts_with_any(name, &NOT_USER)
+            && !tch_c(name)
+            && !NOT_USER_FILES.iter().any(|f| at.contains(f))
     };
     if let Some((name, at)) = frames.iter().copied().find(users) {
         let _ = writeln!(out, "allocated in {name} {at}");
