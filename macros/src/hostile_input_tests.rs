@@ -169,6 +169,11 @@ fn malformed_attribute_options() {
         ("max_peak = -1", Some("-1"), "cannot be negative"),
         ("max_peak = (-4096)", Some("(-4096)"), "cannot be negative"),
         ("max_peak = 1.5", Some("1.5"), "whole bytes"),
+        (
+            "max_peak = 512 mib",
+            Some("mib"),
+            "a size with a unit is a string: write `max_peak = \"512 MiB\"`",
+        ),
         ("name = 42", Some("42"), "a scope's name is a string"),
         (
             "name = b\"x\"",

@@ -1,6 +1,6 @@
 //! The options of `#[gpu_scope(...)]` and `scope!(..., { ... })`, parsed into typed values: the
 //! same words in both forms. Which option suits which form is for `valid.rs` to say.
-use crate::size::{parse_size, unit_scale};
+use crate::size::{parse_size, unit_meant};
 use proc_macro2::{Span, TokenStream};
 use syn::parse::ParseStream;
 use syn::punctuated::Punctuated;
@@ -170,10 +170,11 @@ impl Options {
                 let value = input.parse::<Expr>()?;
                 // `max_peak = 1 KiB`: a unit after a number.
                 let unit = input.fork().parse::<syn::Ident>().ok();
-                if let Some(unit) = unit.filter(|u| unit_scale(&u.to_string()).is_some()) {
+                let meant = unit.and_then(|u| Some((unit_meant(&u.to_string())?, u.span())));
+                if let Some((unit, span)) = meant {
                     let text = quote::ToTokens::to_token_stream(&value);
                     return Err(syn::Error::new(
-                        unit.span(),
+                        span,
                         format!(
                             "a size with a unit is a string: write `max_peak = \"{text} {unit}\"`"
                         ),

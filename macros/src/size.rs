@@ -17,6 +17,7 @@ pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
     if number.starts_with('_') {
         return Err(format!("`{text}` does not start with a number"));
     }
+    let written = number;
     let number = number.replace('_', "");
     let number = number.as_str();
     // In whole numbers, not floating point: every size up to `u64::MAX` is exact.
@@ -26,7 +27,7 @@ pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
         return Err(format!("`{text}` does not start with a number"));
     }
     if !digits(fraction) {
-        return Err(format!("`{number}` in `{text}` is not a number"));
+        return Err(format!("`{written}` in `{text}` is not a number"));
     }
     let scale = match unit {
         "" => 1,
@@ -48,13 +49,22 @@ pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
     u64::try_from(bytes).map_err(|_| format!("`{text}` is too large"))
 }
 
-/// Names the unit a wrongly cased one was meant to be (`mib`: `MiB`).
 fn unknown_unit(unit: &str) -> String {
-    const UNITS: [&str; 9] = ["B", "KiB", "MiB", "GiB", "TiB", "KB", "MB", "GB", "TB"];
-    match UNITS.iter().find(|u| u.eq_ignore_ascii_case(unit)) {
+    match unit_meant(unit) {
         Some(meant) => format!("unknown unit `{unit}` (units are case-sensitive: `{meant}`)"),
         None => format!("unknown unit `{unit}`"),
     }
+}
+
+/// The unit `unit` names, whatever its case (`mib`: `MiB`).
+pub(crate) fn unit_meant(unit: &str) -> Option<&'static str> {
+    const UNITS: [&str; 10] = [
+        "B", "KiB", "MiB", "GiB", "TiB", "kB", "KB", "MB", "GB", "TB",
+    ];
+    let exact = UNITS.iter().find(|u| **u == unit);
+    exact
+        .or_else(|| UNITS.iter().find(|u| u.eq_ignore_ascii_case(unit)))
+        .copied()
 }
 
 /// The bytes in one `unit` (`B`, `KiB` to `TiB`, `kB` or `KB` to `TB`).
@@ -115,8 +125,8 @@ mod tests {
         assert_eq!(parse_size("3.0"), Ok(3));
         assert!(parse_size("1.5").is_err(), "not a whole number of bytes");
         assert_eq!(
-            parse_size("1.2.3 MiB"),
-            Err("`1.2.3` in `1.2.3 MiB` is not a number".into())
+            parse_size("1_0.2.3 MiB"),
+            Err("`1_0.2.3` in `1_0.2.3 MiB` is not a number".into())
         );
         assert!(parse_size(". MiB").is_err());
     }
