@@ -576,7 +576,8 @@ leaf!(
     std::time::SystemTime,
     std::cmp::Ordering,
     std::any::TypeId,
-    // Errors returned bare: what they hold is text.
+    // Errors returned bare: taken to hold no tensors (an error is not where tensors are handed
+    // back, as for `Result`'s `Err`).
     std::fmt::Error,
     std::io::Error,
     tch::TchError,
