@@ -582,8 +582,8 @@ impl fmt::Display for ScopeReport {
             writeln!(
                 f,
                 "  note: `gradients` and `optimizer state` are what a backward pass and an \
-                 optimizer's step stored for tensors from outside the scope: held on purpose, \
-                 not escaped"
+                 optimizer's step stored for tensors from outside the scope or for a kept \
+                 optimizer: held on purpose, not escaped"
             )?;
         }
         if self.held_by(HeldBy::AutogradGraph) > 0 {
