@@ -155,6 +155,13 @@ fn exiting_an_outer_scope_first_ends_the_inner_one_into_it() {
         !last.checked && !last.is_clean(),
         "unchecked is not clean: {last}"
     );
+    // Its own numbers, from the end the outer scope gave it: what it allocated, alive then.
+    assert_eq!(last.name, "inner");
+    assert_eq!(
+        (last.allocations, last.allocated, last.kept),
+        (1, 12, 12),
+        "{last}"
+    );
     drop(t);
     assert_eq!(ledger_state(), before);
 }

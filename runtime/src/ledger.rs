@@ -28,7 +28,8 @@ mod frame;
 pub(crate) mod spare;
 
 pub(crate) use close::{
-    close, close_keeping_in, entries_to_inspect, open_chain, Closed, Fate, HeldLine, Judge, KeepAll,
+    close, close_keeping_in, end_unchecked, entries_to_inspect, open_chain, Closed, Fate, HeldLine,
+    Judge, KeepAll,
 };
 use frame::Owned;
 pub(crate) use frame::{Frame, BLIND, BLIND_KEPT, CARRIED, GRAPH, MISSED, PARKED};

@@ -242,8 +242,12 @@ impl OpenScope {
                 .map(|(d, _)| *d)
                 .filter(|d| !d.is_cpu())
         };
-        // Unchecked ends too (a panic, an early return): the cache is released all the same.
-        let used: smallvec::SmallVec<[DeviceId; 2]> = accelerators().collect();
+        // Unchecked ends too (a panic, an early return): the cache is released all the same;
+        // not at a late exit, after the end that an enclosing scope gave it.
+        let used: smallvec::SmallVec<[DeviceId; 2]> = match closed.ended_earlier {
+            true => Default::default(),
+            false => accelerators().collect(),
+        };
         let outermost = enclosing.is_none();
         let blind = outermost && used.is_empty() && self.blind_to_accelerators();
         let released = release::run(self.opts.release, outermost, &used, blind);
@@ -486,8 +490,7 @@ fn close_inner(
         if let (Some(previous), Some(at)) = (inner.take_grad(), inner.location()) {
             grad::restore(previous, at);
         }
-        let closed = ledger::close(&inner, Some(&Arc::from(chain.clone())), &KeepAll);
-        ended.extend(closed.ended_inside);
+        ended.extend(ledger::end_unchecked(&inner, &Arc::from(chain.clone())));
     }
 }
 

@@ -56,6 +56,23 @@ pub(crate) struct Closed {
     pub escaped: Vec<(Key, Entry)>,
     /// Autograd's backward pass allocated in the frame (or in one closed into it).
     pub backward: bool,
+    /// An enclosing scope ended it earlier ([`end_unchecked`]): this is what that end found,
+    /// kept for the scope's own late exit, which releases nothing.
+    pub ended_earlier: bool,
+}
+
+/// Ends `frame` unchecked for a scope that ends it from outside (it was still open inside),
+/// handing what is alive to `enclosing`; what the end found is kept for the frame's own late
+/// exit, whose report then has its numbers. Returns where the scopes it ended were opened.
+pub(crate) fn end_unchecked(
+    frame: &Arc<Frame>,
+    enclosing: &Chain,
+) -> Vec<&'static Location<'static>> {
+    let mut closed = close(frame, Some(enclosing), &KeepAll);
+    let ended = closed.ended_inside.clone();
+    closed.ended_earlier = true;
+    frame.lock().ended = Some(Box::new(closed));
+    ended
 }
 
 /// The live entries of a frame, when the check must look at them before closing it: some
@@ -101,7 +118,7 @@ pub(crate) fn close_keeping_in(
     let (keys, saw_backward, sizes, late) = {
         let mut state = frame.lock();
         if !state.open {
-            return closed;
+            return state.ended.take().map_or(closed, |ended| *ended);
         }
         state.open = false;
         state.closed_into = enclosing.cloned();
@@ -345,8 +362,7 @@ fn end_parked(
         .collect();
     for inner in frame.take_parked_open() {
         inner.take_grad();
-        let inner_closed = close(&inner, Some(&chain), &KeepAll);
-        ended.extend(inner_closed.ended_inside);
+        ended.extend(end_unchecked(&inner, &chain));
         ended.extend(inner.location());
     }
 }

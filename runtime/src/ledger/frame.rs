@@ -163,6 +163,8 @@ pub(crate) struct FrameState {
     /// Frames opened inside it that left a thread's stack with it, still open: it ends
     /// those still open when it ends.
     pub(super) parked: Vec<Arc<Frame>>,
+    /// What its end by an enclosing scope found, for its own late exit's report.
+    pub(super) ended: Option<Box<super::close::Closed>>,
 }
 
 impl Drop for Frame {
@@ -234,6 +236,7 @@ impl Frame {
         state.blind_kept.clear();
         state.parked_in = None;
         state.closed_into = None;
+        state.ended = None;
         *inner.flags.get_mut() = 0;
         *inner.grad.get_mut() = NO_GRAD;
         let _ = SPARE_FRAMES.try_with(|s| {
