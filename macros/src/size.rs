@@ -56,31 +56,30 @@ fn unknown_unit(unit: &str) -> String {
     }
 }
 
+/// The units and their bytes (`B`, `KiB` to `TiB`, `kB` or `KB` to `TB`).
+const UNITS: [(&str, u64); 10] = [
+    ("B", 1),
+    ("KiB", 1 << 10),
+    ("MiB", 1 << 20),
+    ("GiB", 1 << 30),
+    ("TiB", 1 << 40),
+    ("kB", 1_000),
+    ("KB", 1_000),
+    ("MB", 1_000_000),
+    ("GB", 1_000_000_000),
+    ("TB", 1_000_000_000_000),
+];
+
 /// The unit `unit` names, whatever its case (`mib`: `MiB`).
 pub(crate) fn unit_meant(unit: &str) -> Option<&'static str> {
-    const UNITS: [&str; 10] = [
-        "B", "KiB", "MiB", "GiB", "TiB", "kB", "KB", "MB", "GB", "TB",
-    ];
-    let exact = UNITS.iter().find(|u| **u == unit);
-    exact
-        .or_else(|| UNITS.iter().find(|u| u.eq_ignore_ascii_case(unit)))
-        .copied()
+    let mut names = UNITS.iter().map(|u| u.0);
+    let exact = names.clone().find(|u| *u == unit);
+    exact.or_else(|| names.find(|u| u.eq_ignore_ascii_case(unit)))
 }
 
-/// The bytes in one `unit` (`B`, `KiB` to `TiB`, `kB` or `KB` to `TB`).
-pub(crate) fn unit_scale(unit: &str) -> Option<u64> {
-    Some(match unit {
-        "B" => 1,
-        "KiB" => 1 << 10,
-        "MiB" => 1 << 20,
-        "GiB" => 1 << 30,
-        "TiB" => 1 << 40,
-        "KB" | "kB" => 1_000,
-        "MB" => 1_000_000,
-        "GB" => 1_000_000_000,
-        "TB" => 1_000_000_000_000,
-        _ => return None,
-    })
+/// The bytes in one `unit`.
+fn unit_scale(unit: &str) -> Option<u64> {
+    UNITS.iter().find(|u| u.0 == unit).map(|u| u.1)
 }
 
 #[cfg(test)]
