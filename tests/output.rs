@@ -346,6 +346,14 @@ fn allocate_here() -> Tensor {
     floats(12)
 }
 
+/// A report's first backtrace line, naming where the first escape was made.
+fn allocated_in(stdout: &str) -> &str {
+    stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("allocated in"))
+        .unwrap_or_else(|| panic!("no backtrace: {stdout}"))
+}
+
 #[inline(never)]
 fn load_here(path: &std::path::Path) -> Tensor {
     Tensor::load(path).unwrap()
@@ -375,10 +383,7 @@ fn loaded_tensors_say_why_no_operator_and_where_they_were_made() {
         stdout.contains("(operator `-`: no libtorch operator was running when it was made"),
         "{stdout}"
     );
-    let first = stdout
-        .lines()
-        .find(|l| l.trim_start().starts_with("allocated in"))
-        .unwrap_or_else(|| panic!("no backtrace: {stdout}"));
+    let first = allocated_in(&stdout);
     assert!(first.contains("output::load_here"), "{stdout}");
 }
 
@@ -396,10 +401,7 @@ fn backtraces_start_at_the_users_code() {
         &[("GPU_SCOPE_BACKTRACE", "1")],
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let first = stdout
-        .lines()
-        .find(|l| l.trim_start().starts_with("allocated in"))
-        .unwrap_or_else(|| panic!("no backtrace: {stdout}"));
+    let first = allocated_in(&stdout);
     assert!(
         first.contains("output::"),
         "the user's frame first: {stdout}"
