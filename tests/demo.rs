@@ -32,9 +32,18 @@ fn demo_on_cpu() {
     let counters: Vec<_> = events.iter().filter(|e| e["ph"] == "C").collect();
     assert_eq!(slices.len(), outcome.reports.len());
     assert_eq!(counters.len(), 2 * outcome.reports.len());
-    for (slice, report) in slices.iter().zip(&outcome.reports) {
+    for ((slice, report), pair) in slices.iter().zip(&outcome.reports).zip(counters.chunks(2)) {
         assert_eq!(slice["name"], &*report.name);
         assert_eq!(slice["args"]["peak"], report.peak);
+        // Each scope's own counter track: its bytes while it runs, zeros at its end.
+        let track = format!("{} bytes", report.name);
+        assert!(pair.iter().all(|c| c["name"] == *track), "{pair:?}");
+        assert_eq!(pair[0]["args"]["peak"], report.peak);
+        assert_eq!(pair[0]["args"]["kept"], report.kept);
+        assert_eq!(
+            pair[1]["ts"],
+            slice["ts"].as_u64().unwrap() + slice["dur"].as_u64().unwrap()
+        );
     }
     let last = counters[counters.len() - 2];
     assert_eq!(last["args"]["escaped"], outcome.expected_leak);

@@ -295,22 +295,24 @@ pub fn run(cfg: &Config, out: &mut dyn Write) -> DemoResult<Outcome> {
     })
 }
 
-/// Chrome trace-event JSON: one slice per scope, and counters of the scope's memory.
+/// Chrome trace-event JSON: one slice per scope, and a counter track per scope name (`<name>
+/// bytes`) with the scope's peak, kept and escaped bytes while it runs, zeros after it.
 pub fn chrome_trace(reports: &[ScopeReport]) -> String {
     let mut events = Vec::new();
     for r in reports {
         let ts = r.started.as_micros() as u64;
         let dur = (r.elapsed.as_micros() as u64).max(1);
+        let track = format!("{} bytes", r.name);
         events.push(serde_json::json!({
             "name": r.name, "ph": "X", "ts": ts, "dur": dur, "pid": 1, "tid": 1,
             "args": { "allocated": r.allocated, "peak": r.peak, "kept": r.kept, "escaped": r.escaped_bytes },
         }));
         events.push(serde_json::json!({
-            "name": "scope memory", "ph": "C", "ts": ts, "pid": 1,
+            "name": track, "ph": "C", "ts": ts, "pid": 1,
             "args": { "peak": r.peak, "kept": r.kept, "escaped": r.escaped_bytes },
         }));
         events.push(serde_json::json!({
-            "name": "scope memory", "ph": "C", "ts": ts + dur, "pid": 1,
+            "name": track, "ph": "C", "ts": ts + dur, "pid": 1,
             "args": { "peak": 0, "kept": 0, "escaped": 0 },
         }));
     }
