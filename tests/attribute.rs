@@ -515,10 +515,34 @@ fn with_grad_false() -> bool {
     tracks_grad()
 }
 
+/// A `bool` expression, evaluated at entry: a step that trains or only evaluates.
+#[gpu_scope(keep_grad = training)]
+fn with_grad_if(training: bool) -> bool {
+    tracks_grad()
+}
+
+struct Trainer {
+    training: bool,
+}
+
+impl Trainer {
+    #[gpu_scope(keep_grad = self.training)]
+    fn run(&self) -> bool {
+        tracks_grad()
+    }
+}
+
 #[test]
 fn keep_grad_takes_a_bool() {
     assert!(with_grad_true());
     assert!(!with_grad_false());
+    assert!(with_grad_if(true));
+    assert!(!with_grad_if(false));
+    assert!(Trainer { training: true }.run());
+    assert!(!Trainer { training: false }.run());
+    let training = true;
+    assert!(gpu_scope::scope!(keep_grad = training, { tracks_grad() }));
+    assert!(!gpu_scope::scope!(keep_grad = !training, { tracks_grad() }));
 }
 
 #[gpu_scope::gpu_scope(on_escape = ignore)]

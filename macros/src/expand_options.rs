@@ -1,6 +1,6 @@
 //! The `ScopeOptions` expression that a scope is entered with, from the typed options.
 use crate::local;
-use crate::options::{Bytes, Name, Options, Policy, Release};
+use crate::options::{Bytes, KeepGrad, Name, Options, Policy, Release};
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
@@ -65,8 +65,16 @@ pub(crate) fn scope_options(
         };
         out.extend(call);
     }
-    if options.keep_grad.as_ref().is_some_and(|k| k.value) {
-        out.extend(quote_spanned!(span=> .keep_grad_mode(true)));
+    match options.keep_grad.as_ref().map(|k| &k.value) {
+        Some(KeepGrad::Is(true)) => out.extend(quote_spanned!(span=> .keep_grad_mode(true))),
+        // Typed where it is written, as `device` is.
+        Some(KeepGrad::Expr(keep)) => {
+            let keep = quote_spanned! {local::at(keep.span())=>
+                { let keep_grad: bool = #keep; keep_grad }
+            };
+            out.extend(quote_spanned!(span=> .keep_grad_mode(#keep)));
+        }
+        Some(KeepGrad::Is(false)) | None => {}
     }
     if let Some(device) = &options.device {
         let device = &device.value;

@@ -4,7 +4,7 @@ use crate::size::{parse_size, unit_meant};
 use proc_macro2::{Span, TokenStream};
 use syn::parse::ParseStream;
 use syn::punctuated::Punctuated;
-use syn::{Expr, Ident, LitBool, LitStr, Token};
+use syn::{Expr, Ident, Lit, LitStr, Token};
 
 mod kw {
     syn::custom_keyword!(name);
@@ -19,7 +19,7 @@ mod kw {
 const VALID: &str = "valid options: `name = \"...\"`, \
 `on_escape = panic | warn | error | ignore`, `release = outermost | always | never | \"<size>\"`, \
 `max_peak = \"<size>\"` (e.g. \"2 GiB\") or an integer expression in bytes, \
-`keep_grad` (or `keep_grad = true | false`), `device = <expr>`, `crate = path` (where \
+`keep_grad` (or `keep_grad = true | false` or a `bool` expression), `device = <expr>`, `crate = path` (where \
 gpu-scope is renamed or re-exported)";
 const VALID_BLOCK: &str = ", and in `scope!` only `keep = [place, ...]`";
 
@@ -59,6 +59,13 @@ pub(crate) enum Release {
     Above(u64),
 }
 
+pub(crate) enum KeepGrad {
+    /// `keep_grad`, `keep_grad = true | false`.
+    Is(bool),
+    /// A `bool` expression, evaluated when the scope is entered.
+    Expr(Box<Expr>),
+}
+
 pub(crate) enum Bytes {
     /// A size string such as `"2 GiB"`, parsed here.
     Size(u64),
@@ -72,7 +79,7 @@ pub(crate) struct Options {
     pub on_escape: Option<Given<Policy>>,
     pub release: Option<Given<Release>>,
     pub max_peak: Option<Given<Bytes>>,
-    pub keep_grad: Option<Given<bool>>,
+    pub keep_grad: Option<Given<KeepGrad>>,
     pub device: Option<Given<Expr>>,
     pub keep: Option<Given<Vec<Expr>>>,
     /// Where the generated code finds gpu-scope: a re-export (a renamed dependency is found
@@ -189,16 +196,27 @@ impl Options {
             let key = input.parse::<kw::keep_grad>()?.span;
             set(&mut self.keep_grad, key, "keep_grad", || {
                 if !input.peek(Token![=]) {
-                    return Ok(true);
+                    return Ok(KeepGrad::Is(true));
                 }
                 input.parse::<Token![=]>()?;
                 if no_value(input) {
                     return Err(needs_value(key, "keep_grad = true | false"));
                 }
-                let value: LitBool = input.parse().map_err(|e| {
-                    syn::Error::new(e.span(), "write `keep_grad` or `keep_grad = true | false`")
-                })?;
-                Ok(value.value)
+                let wrong = |span| {
+                    syn::Error::new(
+                        span,
+                        "write `keep_grad`, `keep_grad = true | false` or `keep_grad = <bool \
+                         expression>`",
+                    )
+                };
+                match input.parse::<Expr>().map_err(|e| wrong(e.span()))? {
+                    Expr::Lit(syn::ExprLit {
+                        lit: Lit::Bool(b), ..
+                    }) => Ok(KeepGrad::Is(b.value)),
+                    // `keep_grad = 1`, `= "yes"`: refused here rather than as a type error.
+                    Expr::Lit(lit) => Err(wrong(lit.lit.span())),
+                    expr => Ok(KeepGrad::Expr(Box::new(expr))),
+                }
             })
         } else if look.peek(kw::device) {
             let key = input.parse::<kw::device>()?.span;

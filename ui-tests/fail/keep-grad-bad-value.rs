@@ -1,4 +1,4 @@
-#[gpu_scope::gpu_scope(keep_grad = yes)]
+#[gpu_scope::gpu_scope(keep_grad = "yes")]
 fn run() {}
 
 fn main() {
