@@ -164,7 +164,11 @@ fn malformed_attribute_options() {
         ("keep = [x]", Some("keep"), "for `scope!` only"),
         ("= 1", Some("="), "unknown option"),
         ("device =", Some("device"), "option `device` needs a value"),
-        ("keep_grad = \"yes\"", Some("\"yes\""), "`keep_grad = true | false`"),
+        (
+            "keep_grad = \"yes\"",
+            Some("\"yes\""),
+            "`keep_grad = true | false`",
+        ),
         ("keep_grad = 1", Some("1"), "`keep_grad = true | false`"),
         ("keep_grad = ,", Some("keep_grad"), "needs a value"),
         ("max_peak = -1", Some("-1"), "cannot be negative"),
