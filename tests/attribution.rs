@@ -6,7 +6,8 @@ mod common;
 
 use common::{assert_one_escape, escaped, floats, strict};
 use gpu_scope::{
-    operator_attribution, set_attribution, set_operator_attribution, Attribution, Scope,
+    attribution, operator_attribution, set_attribution, set_operator_attribution, Attribution,
+    Scope,
 };
 use std::sync::Mutex;
 use tch::Tensor;
@@ -30,7 +31,16 @@ fn leak_one() -> gpu_scope::ScopeReport {
 
 #[test]
 fn attribution_can_be_switched_off_and_on() {
-    assert!(operator_attribution(), "on by default");
+    // The build's default: on with debug assertions, on-leak without.
+    let default = if cfg!(debug_assertions) {
+        Attribution::Always
+    } else {
+        Attribution::OnLeak
+    };
+    assert_eq!(attribution(), default, "the build's default");
+    assert_eq!(operator_attribution(), cfg!(debug_assertions));
+    // From on, whatever the build: the steps below switch from there.
+    set_attribution(Attribution::Always);
     assert_one_escape(&leak_one(), 256);
     assert_eq!(leak_one().escaped[0].operator, Some("aten::zeros"));
 

@@ -22,7 +22,9 @@ fn demo_on_cpu() {
         weights: dir.clone(),
         progress: false,
     };
-    // Debug builds attribute every scope: the one planted leak is named at once.
+    // Every scope attributed (a debug build's default; pinned, as a release build's is
+    // on-leak): the one planted leak is named at once.
+    gpu_scope::set_attribution(gpu_scope::Attribution::Always);
     let (outcome, text) = demo(&cfg, 1);
 
     let json: serde_json::Value =

@@ -239,6 +239,9 @@ fn a_torchscript_fork_result_dropped_in_the_scope_is_freed_not_escaped() {
             });
         }
     });
+    // The stored result named by operator at once, as in a debug build (a release build's
+    // default, on-leak, names a place's first escape by size and address only).
+    gpu_scope::set_attribution(gpu_scope::Attribution::Always);
     let report = escaped(scope(strict("fork-stored"), || {
         model.method_ts("remember", &[&x]).unwrap()
     }));

@@ -347,6 +347,8 @@ fn a_scope_ending_after_its_enclosing_one_hands_on_to_where_that_one_ended() {
 #[test]
 fn carried_work_is_attributed_like_the_scope() {
     let _serial = common::serial();
+    // Every scope attributed, as in a debug build (a release build's default is on-leak).
+    gpu_scope::set_attribution(gpu_scope::Attribution::Always);
     let report = escaped(scope(strict("carried-named"), || {
         let here = gpu_scope::current().unwrap();
         std::thread::spawn(move || here.in_scope(|| SINK.lock().unwrap().push(floats(17))))

@@ -137,6 +137,9 @@ fn nested_tensors_are_kept_by_what_they_own() {
     let (_parts, report) = scope(strict("nested parts"), || nested().unbind(0)).unwrap();
     assert!(report.is_clean(), "{report}");
     static SINK: std::sync::Mutex<Vec<Tensor>> = std::sync::Mutex::new(Vec::new());
+    // The leak named by operator at once, as in a debug build (a release build's default,
+    // on-leak, names a place's first escape by size and address only).
+    gpu_scope::set_attribution(gpu_scope::Attribution::Always);
     let report = escaped(scope(strict("nested-leak"), || {
         SINK.lock().unwrap().push(nested())
     }));

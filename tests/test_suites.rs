@@ -37,16 +37,18 @@ async fn a_task_on_a_multi_threaded_runtime() {
     assert_eq!(standardise(&x).size(), [64]);
 }
 
+// The leaking tests write `on_escape = panic`, as the README says for tests that run in
+// release builds too (the default there is `warn`); the default itself is tested below.
 #[test]
 #[should_panic(expected = "escaped")]
-#[gpu_scope]
+#[gpu_scope(on_escape = panic)]
 fn a_leak_fails_the_test() {
     std::mem::forget(Tensor::ones([4], (Kind::Float, Device::Cpu)));
 }
 
 #[tokio::test]
 #[should_panic(expected = "escaped")]
-#[gpu_scope]
+#[gpu_scope(on_escape = panic)]
 async fn a_leak_after_an_await_fails_the_test() {
     let t = Tensor::ones([4], (Kind::Float, Device::Cpu));
     tokio::task::yield_now().await;
@@ -61,9 +63,28 @@ fn a_test_returning_the_escape() -> Result<(), gpu_scope::Error> {
     Ok(())
 }
 
+/// Bare, the attribute takes the build's default policy: `panic` with debug assertions (a
+/// leak fails the test), `warn` without.
+#[test]
+fn a_bare_attribute_takes_the_builds_default_policy() {
+    #[gpu_scope]
+    fn leaks() {
+        std::mem::forget(Tensor::ones([4], (Kind::Float, Device::Cpu)));
+    }
+    let failed = std::thread::spawn(leaks).join().is_err();
+    assert_eq!(
+        failed,
+        cfg!(debug_assertions),
+        "panics only in a debug build"
+    );
+}
+
 /// The failing test's message is the report: it names the allocation that escaped.
 #[test]
 fn the_failure_names_the_allocation() {
+    // Named by shape at once, as in a debug build (a release build's default, on-leak, names a
+    // place's first escape by size and address only).
+    gpu_scope::set_attribution(gpu_scope::Attribution::Always);
     #[gpu_scope(on_escape = panic)]
     fn leaks() {
         std::mem::forget(Tensor::ones([4, 2], (Kind::Float, Device::Cpu)));
