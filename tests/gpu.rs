@@ -333,6 +333,20 @@ fn release_and_synchronize_only_when_needed() {
     .unwrap();
     assert!(above.released, "4 MiB unused is over 1 MiB: {above}");
     assert!(above.cache_released >= 4 << 20, "{above}");
+    // The macros take a policy expression too, evaluated at entry.
+    let policy = ReleasePolicy::Never;
+    gpu_scope::scope!(name = "never-expr", release = { policy }, {
+        drop(floats(1 << 20, 0))
+    });
+    let never = gpu_scope::last_report().unwrap();
+    assert!(!never.released && never.cache_released == 0, "{never}");
+    gpu_scope::scope!(
+        name = "above-expr",
+        release = ReleasePolicy::Above(1 << 20),
+        { drop(floats(1 << 20, 0)) }
+    );
+    let above = gpu_scope::last_report().unwrap();
+    assert!(above.released, "4 MiB unused is over 1 MiB: {above}");
     let c1 = calls();
     scope(strict("outer"), || {
         let (_, always) = scope(strict("always").release(ReleasePolicy::Always), || {

@@ -35,13 +35,18 @@ pub(crate) fn scope_options(
         out.extend(quote_spanned!(span=> .on_escape(#private::EscapePolicy::#policy)));
     }
     if let Some(release) = &options.release {
-        let release = match release.value {
-            Release::Outermost => quote_spanned!(span=> Outermost),
-            Release::Always => quote_spanned!(span=> Always),
-            Release::Never => quote_spanned!(span=> Never),
-            Release::Above(bytes) => quote_spanned!(span=> Above(#bytes)),
+        let policy = quote_spanned!(span=> #private::ReleasePolicy);
+        let release = match &release.value {
+            Release::Outermost => quote_spanned!(span=> #policy::Outermost),
+            Release::Always => quote_spanned!(span=> #policy::Always),
+            Release::Never => quote_spanned!(span=> #policy::Never),
+            Release::Above(bytes) => quote_spanned!(span=> #policy::Above(#bytes)),
+            // Typed where it is written, as `device` is.
+            Release::Expr(expr) => quote_spanned! {local::at(expr.span())=>
+                { let release: #policy = #expr; release }
+            },
         };
-        out.extend(quote_spanned!(span=> .release(#private::ReleasePolicy::#release)));
+        out.extend(quote_spanned!(span=> .release(#release)));
     }
     if let Some(max_peak) = &options.max_peak {
         let call = match &max_peak.value {

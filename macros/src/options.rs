@@ -17,7 +17,7 @@ mod kw {
 }
 
 const VALID: &str = "valid options: `name = \"...\"`, \
-`on_escape = panic | warn | error | ignore`, `release = outermost | always | never | \"<size>\"`, \
+`on_escape = panic | warn | error | ignore`, `release = outermost | always | never | \"<size>\"` or a `ReleasePolicy` expression, \
 `max_peak = \"<size>\"` (e.g. \"2 GiB\") or an integer expression in bytes, \
 `keep_grad` (or `keep_grad = true | false` or a `bool` expression), `device = <expr>`, `crate = path` (where \
 gpu-scope is renamed or re-exported)";
@@ -51,12 +51,15 @@ pub(crate) enum Policy {
     Ignore,
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub(crate) enum Release {
     Outermost,
     Always,
     Never,
     Above(u64),
+    /// A `ReleasePolicy` expression (a call, a path, a block), evaluated when the scope is
+    /// entered.
+    Expr(Box<Expr>),
 }
 
 pub(crate) enum KeepGrad {
@@ -387,6 +390,13 @@ fn parse_release(input: ParseStream) -> syn::Result<Release> {
         let policies = ", or a policy: `release = outermost | always | never`";
         return size_literal(&lit, policies).map(Release::Above);
     }
+    // A word alone is a policy (or a typo of one); anything longer an expression.
+    let fork = input.fork();
+    let word_alone = fork.parse::<Ident>().is_ok()
+        && (fork.is_empty() || fork.peek(Token![,]) || fork.peek(syn::token::Brace));
+    if !word_alone && !input.peek(syn::Lit) {
+        return Ok(Release::Expr(Box::new(input.parse()?)));
+    }
     one_of(
         input,
         "write `release = outermost | always | never | \"<size>\"`",
@@ -396,13 +406,14 @@ fn parse_release(input: ParseStream) -> syn::Result<Release> {
             ("always", Release::Always),
             ("never", Release::Never),
         ],
-        ", or a size such as \"1 GiB\"",
+        ", a size such as \"1 GiB\", or a `gpu_scope::ReleasePolicy` expression (a variable \
+         in braces: `release = { policy }`)",
     )
 }
 
 /// A bare word among `words`; `write` says what to write where there is no word, and an
 /// unknown word gets the list of choices (and `more`).
-fn one_of<T: Copy>(
+fn one_of<T: Clone>(
     input: ParseStream,
     write: &str,
     what: &str,
@@ -417,7 +428,7 @@ fn one_of<T: Copy>(
         return Err(syn::Error::new(word.span(), write));
     }
     match words.iter().find(|(w, _)| word == w) {
-        Some(&(_, value)) => Ok(value),
+        Some((_, value)) => Ok(value.clone()),
         None => {
             let choices: Vec<&str> = words.iter().map(|(w, _)| *w).collect();
             Err(syn::Error::new(
