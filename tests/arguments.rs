@@ -994,6 +994,29 @@ fn fill_ctx(ctx: Ctx<'_>, n: i64) -> Result<(), Error> {
     Ok(())
 }
 
+#[gpu_scope(on_escape = error)]
+fn head_through(p: nn::Path) -> Result<(), Error> {
+    nn::linear(p / "head", 8, 4, Default::default());
+    Ok(())
+}
+
+/// tch's usual signature, an owned `nn::Path` with its lifetime elided: what the body builds
+/// through it grows the caller's store, unsearched; the hint names the argument.
+#[test]
+fn an_owned_nn_path_is_named_in_the_hint() {
+    let _serial = common::serial();
+    let vs = nn::VarStore::new(Device::Cpu);
+    let err = head_through(vs.root()).unwrap_err();
+    let report = err.report().unwrap();
+    assert_eq!(report.escaped_bytes, (8 * 4 + 4) * 4, "{err}");
+    assert_eq!(report.lending_args, ["`p: nn::Path`"], "{err}");
+    assert!(
+        err.to_string()
+            .contains("hint: owned argument(s) `p: nn::Path`"),
+        "{err}"
+    );
+}
+
 /// What the body stores through an owned argument that borrows from the caller cannot be
 /// searched: it is called escaped, and the report's hint names the argument and what to do.
 #[test]

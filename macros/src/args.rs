@@ -390,7 +390,10 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
             if types::may_hold_mut(ty) {
                 args.unsearched
                     .push(format!("`{what}` (an owned argument with a `&mut` in it)"));
-            } else if types::has_lifetime_argument(ty) || types::reaches_cell(ty) {
+            } else if types::has_lifetime_argument(ty)
+                || types::reaches_cell(ty)
+                || types::is_nn_path(ty)
+            {
                 let ty = types::shown(ty);
                 args.lending.push(format!("`{what}: {ty}`"));
             }
