@@ -93,9 +93,10 @@ fn a_scope_on_a_missing_device_is_an_error_and_changes_nothing() {
     // What exists instead, by name (on a CPU-only machine: the CPU alone).
     let has = err.to_string();
     assert!(
-        has.contains("(it has the CPU") || has.contains("(it has only the CPU)"),
+        has.contains("(it has the CPU") || has.contains("(it has only the CPU: "),
         "{has}"
     );
+    assert!(has.ends_with("; name a device it has"), "{has}");
     assert!(!has.contains(" × "), "{has}");
     assert_eq!(ledger_state(), before);
     assert_eq!(before.depth, 1);

@@ -13,12 +13,19 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{LazyLock, Mutex};
 
-/// Overrides the default escape policy at deploy time: `panic`, `warn` or `ignore`. (`error`
-/// changes what a function returns, so it can only be chosen in code: `on_escape = error`.)
+/// Overrides the default escape policy at deploy time: `panic`, `warn` or `ignore` (default
+/// `panic` with debug assertions, else `warn`). (`error` changes what a function returns, so it
+/// can only be chosen in code: `on_escape = error`.) Read once, as every gpu-scope variable:
+/// case and surrounding space ignored, empty as unset, another word reported once on stderr
+/// (the default then applies).
 pub const ESCAPE_POLICY_ENV: &str = "GPU_SCOPE_ON_ESCAPE";
-/// Sets the default [`Attribution`]: `on`, `on-leak` or `off`.
+/// Sets the default [`Attribution`]: `on`, `on-leak` or `off` (also `1`/`0`, `true`/`false`,
+/// `yes`/`no`; default `on` with debug assertions, else `on-leak`). Read once, by the rule of
+/// [`ESCAPE_POLICY_ENV`].
 pub const OPERATORS_ENV: &str = "GPU_SCOPE_OPERATORS";
-/// `on` records the Rust backtrace of every allocation made inside a scope (slow).
+/// `on` records the Rust backtrace of every allocation made inside a scope (slow); `off` (the
+/// default) or the same other words as [`OPERATORS_ENV`]. Read once, by the rule of
+/// [`ESCAPE_POLICY_ENV`].
 pub const BACKTRACE_ENV: &str = "GPU_SCOPE_BACKTRACE";
 
 const ON: [&str; 4] = ["on", "1", "true", "yes"];

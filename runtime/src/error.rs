@@ -62,7 +62,7 @@ impl fmt::Display for Error {
             Error::NoSuchDevice { device, available } => write!(
                 f,
                 "gpu-scope: device `{device}` does not exist in this process ({available}); \
-                 use one of those"
+                 name a device it has"
             ),
             Error::Escaped(r) => {
                 write!(
@@ -85,7 +85,12 @@ impl fmt::Display for Error {
                 Bytes(r.peak),
                 Bytes(r.max_peak.unwrap_or(0))
             ),
-            Error::Torch(msg) => write!(f, "gpu-scope: libtorch error: {msg}"),
+            Error::Torch(msg) => write!(
+                f,
+                "gpu-scope: libtorch error: {msg} (raised by libtorch in a call gpu-scope made; \
+                 where the message does not say what to change, report it with \
+                 `gpu_scope::versions()`)"
+            ),
             Error::EndedByEnclosing { scope } => write!(
                 f,
                 "gpu-scope: scope `{scope}` was exited after a scope enclosing it had ended; \

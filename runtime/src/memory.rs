@@ -105,7 +105,9 @@ pub(crate) fn check_device(device: tch::Device) -> Result<Option<i32>, Error> {
                 ),
             }))
         }
-        None => Err(missing("it has only the CPU".to_owned())),
+        None => Err(missing(
+            "it has only the CPU: its libtorch sees no accelerator".to_owned(),
+        )),
     }
 }
 
@@ -148,7 +150,7 @@ pub fn memory_stats(device: tch::Device) -> Result<MemoryStats, Error> {
 }
 
 /// Gives the caching allocator's unused blocks back to the device (`emptyCache`).
-/// libtorch 2.11 empties the caches of every device of the accelerator at once: `device` is
+/// libtorch empties the caches of every device of the accelerator at once: `device` is
 /// checked to exist and says which kind. A no-op on the CPU, and before the first allocation.
 pub fn empty_cache(device: tch::Device) -> Result<(), Error> {
     match check_device(device)? {

@@ -50,7 +50,7 @@ pub enum ReleasePolicy {
     /// Never.
     Never,
     /// When the scope ends and the releasable cached bytes (see
-    /// [`MemoryStats::releasable`](crate::MemoryStats)) of some device exceed this many, also
+    /// [`MemoryStats::releasable`](crate::MemoryStats::releasable)) of some device exceed this many, also
     /// after a scope that only freed device memory.
     Above(u64),
 }

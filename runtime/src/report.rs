@@ -144,7 +144,8 @@ pub struct Untracked {
 /// One device's part of a [`ScopeReport`]. Byte counts are blocks (see [`ScopeReport`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct DeviceReport {
-    /// The device.
+    /// The device: always `Some` in a scope's report (`None` only in
+    /// `DeviceReport::default()`).
     pub device: Option<DeviceId>,
     /// Allocations made on it inside the scope, nested scopes included.
     pub allocations: u64,
