@@ -282,7 +282,13 @@ fn malformed_blocks() {
             Some("x"),
             "expected a list in square brackets",
         ),
-        ("x", None, "needs a block"),
+        ("x", Some("x"), "put the code in braces"),
+        (
+            "name = \"a\", x + 1",
+            Some("x + 1"),
+            "put the code in braces",
+        ),
+        ("name = \"a\", keep_grad", None, "needs a block"),
         (
             "name, { 1 }",
             Some("name"),

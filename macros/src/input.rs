@@ -77,10 +77,11 @@ impl Parse for ScopedBlock {
         // Without a block anywhere, say so first (rather than find fault with the options).
         let tokens: TokenStream = input.fork().parse()?;
         let any_block = tokens
+            .clone()
             .into_iter()
             .any(|tt| matches!(tt, TokenTree::Group(g) if g.delimiter() == Delimiter::Brace));
         let options = match Options::parse(input, Form::Block) {
-            Err(_) if !any_block => return Err(syn::Error::new(Span::call_site(), NEEDS_BLOCK)),
+            Err(_) if !any_block => return Err(no_block(tokens)),
             options => options?,
         };
         if !input.peek(syn::token::Brace) {
@@ -100,6 +101,36 @@ impl Parse for ScopedBlock {
             return Err(input.error("nothing may follow the block in `scope!(..., { ... })`"));
         }
         Ok(ScopedBlock { options, block })
+    }
+}
+
+/// The error for `scope!` without a block: at the code after the last comma where that is not
+/// an option (`scope!(name = "a", x + 1)`), else at the whole call.
+fn no_block(tokens: TokenStream) -> syn::Error {
+    const OPTIONS: [&str; 8] = [
+        "name",
+        "on_escape",
+        "release",
+        "max_peak",
+        "keep_grad",
+        "device",
+        "keep",
+        "crate",
+    ];
+    let tokens: Vec<TokenTree> = tokens.into_iter().collect();
+    let last = tokens
+        .rsplit(|tt| matches!(tt, TokenTree::Punct(p) if p.as_char() == ','))
+        .next()
+        .unwrap_or_default();
+    match last.first() {
+        Some(TokenTree::Ident(i)) if OPTIONS.iter().any(|o| i == o) => {
+            syn::Error::new(Span::call_site(), NEEDS_BLOCK)
+        }
+        Some(_) => syn::Error::new_spanned(
+            last.iter().cloned().collect::<TokenStream>(),
+            "`scope!` needs a block: put the code in braces, `scope!(name = \"step\", { ... })`",
+        ),
+        None => syn::Error::new(Span::call_site(), NEEDS_BLOCK),
     }
 }
 
