@@ -395,6 +395,49 @@ fn autograd_off_names_keep_grad() {
     assert!(stderr.contains("keep_grad"), "{stderr}");
 }
 
+#[gpu_scope::gpu_scope(name = "returns-err")]
+fn backward_returning_err(model: &nn::Linear) -> Result<(), tch::TchError> {
+    let x = Tensor::ones([2, 4], (Kind::Float, Device::Cpu));
+    model.forward(&x).sum(Kind::Float).f_backward()
+}
+
+/// The same error returned (`f_backward()?`) from a scoped function or a `scope!` block, not
+/// a panic: the hint follows it all the same, on stderr; an `Err` that says something else
+/// gets none.
+#[test]
+fn a_returned_autograd_error_names_keep_grad() {
+    if in_child() {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let model = nn::linear(vs.root(), 4, 1, Default::default());
+        assert!(backward_returning_err(&model).is_err());
+        eprintln!("-- block --");
+        let r: Result<(), tch::TchError> = gpu_scope::scope!({
+            (model.forward(&Tensor::ones([1, 4], (Kind::Float, Device::Cpu))) * 2).f_backward()
+        });
+        assert!(r.is_err());
+        eprintln!("-- other --");
+        let r: Result<(), String> = gpu_scope::scope!({ Err("something else".to_owned()) });
+        assert!(r.is_err());
+        return;
+    }
+    let out = child("a_returned_autograd_error_names_keep_grad", &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let parts: Vec<&str> = stderr.split("-- block --").collect();
+    assert_eq!(parts.len(), 2, "{stderr}");
+    let (block, other) = parts[1].split_once("-- other --").unwrap();
+    for part in [parts[0], block] {
+        assert_eq!(
+            part.matches("gpu-scope: this ran with autograd off")
+                .count(),
+            1,
+            "{stderr}"
+        );
+        assert!(part.contains("`keep_grad` option"), "{stderr}");
+    }
+    assert!(!other.contains("gpu-scope: "), "{stderr}");
+}
+
 /// A `keep_grad` step inside an epoch scope without it: the hint names the epoch scope, the
 /// one that turned autograd off, and not the step.
 #[test]

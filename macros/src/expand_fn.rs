@@ -222,6 +222,9 @@ fn kept_values(
         Some(ty) if types::has_impl_trait(ty) => kept.lenient(local::local(RET, span), false),
         Some(ty) => kept.checked(local::local(RET, ty.span()), Some(ty), ty.span()),
     }
+    if ret_ty.is_some() {
+        kept.returned(local::local(RET, span));
+    }
     for (root, shared) in &args.roots {
         kept.lenient(root, *shared);
     }

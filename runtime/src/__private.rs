@@ -130,6 +130,33 @@ impl<T: ?Sized> ViaOpaque for &Root<'_, T> {
     }
 }
 
+/// A scope's value, wrapped for autoref specialisation: an `Err` whose error can be shown gets
+/// the `keep_grad` hint where it says a tensor does not require grad (as a panic does).
+#[allow(missing_debug_implementations)]
+pub struct Returned<'a, T: ?Sized>(pub &'a T);
+
+/// Chosen for a `Result` whose error implements `Display`.
+pub trait HintErr {
+    fn __gpu_scope_hint(&self);
+}
+
+impl<T, E: std::fmt::Display> HintErr for Returned<'_, Result<T, E>> {
+    fn __gpu_scope_hint(&self) {
+        if let Err(e) = self.0 {
+            crate::grad::returned_error(e)
+        }
+    }
+}
+
+/// Chosen otherwise: nothing to say.
+pub trait HintNone {
+    fn __gpu_scope_hint(&self);
+}
+
+impl<T: ?Sized> HintNone for &Returned<'_, T> {
+    fn __gpu_scope_hint(&self) {}
+}
+
 /// What `max_peak = <expr>` takes: an integer number of bytes, of any integer type. One too
 /// large for `u64` is no limit; a negative one is `Err`, which the scope refuses on entry
 /// ([`Error::NegativeBudget`](crate::Error::NegativeBudget)).

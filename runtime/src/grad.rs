@@ -108,14 +108,30 @@ fn install_hint() {
                 .map(String::as_str)
                 .or_else(|| info.payload().downcast_ref::<&str>().copied())
                 .unwrap_or("");
-            let off = OFF.try_with(|o| o.borrow().clone()).unwrap_or_default();
-            if !off.is_empty() && SIGNS.iter().any(|s| message.contains(s)) {
-                // Turned on again inside (`tch::with_grad`): the tensor may have been computed
-                // there, or before, with it off.
-                eprintln!("{}", hint(&off, mode() != 0));
-            }
+            print_hint(message);
         }));
     });
+}
+
+/// A scope's body returned `error` (a `#[gpu_scope]` function's or a `scope!` block's `Err`,
+/// such as `f_backward()?`'s): the line a panic gets, where it says a tensor does not require
+/// grad.
+pub(crate) fn returned_error(error: &dyn std::fmt::Display) {
+    // Formatted only where a scope turned autograd off.
+    if OFF.try_with(|o| !o.borrow().is_empty()).unwrap_or(false) {
+        print_hint(&error.to_string());
+    }
+}
+
+/// Prints the hint after `message` where it says a tensor does not require grad and a scope on
+/// the thread turned autograd off.
+fn print_hint(message: &str) {
+    let off = OFF.try_with(|o| o.borrow().clone()).unwrap_or_default();
+    if !off.is_empty() && SIGNS.iter().any(|s| message.contains(s)) {
+        // Turned on again inside (`tch::with_grad`): the tensor may have been computed there,
+        // or before, with it off.
+        eprintln!("{}", hint(&off, mode() != 0));
+    }
 }
 
 /// The line added to such errors: which scopes turned autograd off (`off`, outermost first),
