@@ -740,13 +740,18 @@ fn grow_optional(x: Option<Tensor>, n: i64) -> Result<(), Error> {
 }
 
 /// An owned `Tensor` argument that is a `shallow_clone` shares the caller's tensor itself:
-/// the storage the body grows it into is the caller's, kept. One the caller gave away dies
-/// inside, and what it grew into with it.
+/// the storage the body grows it into is the caller's, kept; so does a view or a `detach()`,
+/// which shares its storage. One the caller gave away dies inside, and what it grew into with
+/// it.
 #[test]
 fn an_owned_tensor_the_caller_shares_is_kept() {
     let x = floats(4);
     assert_eq!(kept(grow(x.shallow_clone(), 64)).kept, 256);
     assert_eq!(x.size(), [64]);
+    assert_eq!(kept(grow(x.detach(), 100)).kept, 400);
+    assert_eq!(x.size(), [64], "its own sizes; the storage grew");
+    let y = floats(4);
+    assert_eq!(kept(grow(y.view([2, 2]), 80)).kept, 320);
     assert_eq!(kept(grow_optional(Some(x.shallow_clone()), 128)).kept, 512);
     assert_eq!(x.size(), [128]);
     kept_nothing(grow(floats(4), 64));

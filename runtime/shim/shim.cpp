@@ -666,20 +666,44 @@ int gs_tensor_storages(const void* const* tensors, size_t count, gs_storage* out
   });
 }
 
-using WeakTensor = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
+// An owned tensor argument as the caller may still hold it: the tensor itself (a shallow
+// clone), or only its storage (a view, a `detach()`), which a body may grow (`resize_`, `out=`).
+struct WeakTensor {
+  c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> tensor;
+  c10::weak_intrusive_ptr<c10::StorageImpl> storage;
+  c10::DispatchKeySet keys;
+  caffe2::TypeMeta dtype;
+};
 
 int gs_tensor_weak(const void* tensor, void** weak) noexcept {
   return protect([&] {
     const auto& t = *static_cast<const at::Tensor*>(tensor);
     *weak = nullptr;
-    if (t.defined() && t.use_count() > 1) *weak = new WeakTensor(t.getIntrusivePtr());
+    if (!t.defined()) return;
+    const bool storage_shared = t.has_storage() && t.storage().use_count() > 1;
+    if (t.use_count() > 1 || storage_shared) {
+      *weak = new WeakTensor{
+          c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(t.getIntrusivePtr()),
+          storage_shared ? c10::weak_intrusive_ptr<c10::StorageImpl>(
+                               t.storage().getWeakStorageImpl())
+                         : c10::weak_intrusive_ptr<c10::StorageImpl>(
+                               c10::intrusive_ptr<c10::StorageImpl>()),
+          t.key_set(), t.dtype()};
+    }
   });
 }
 
 int gs_tensor_weak_lock(void* weak, void** tensor) noexcept {
   return protect([&] {
-    auto impl = static_cast<WeakTensor*>(weak)->lock();
-    *tensor = impl ? new at::Tensor(std::move(impl)) : nullptr;
+    auto* w = static_cast<WeakTensor*>(weak);
+    *tensor = nullptr;
+    if (auto impl = w->tensor.lock()) {
+      *tensor = new at::Tensor(std::move(impl));
+    } else if (auto storage = w->storage.lock()) {
+      // The argument is gone, its storage is not: a tensor over it (no data of its own).
+      *tensor = new at::Tensor(at::detail::make_tensor<c10::TensorImpl>(
+          c10::Storage(std::move(storage)), w->keys, w->dtype));
+    }
   });
 }
 
