@@ -515,6 +515,31 @@ fn with_grad_false() -> bool {
     tracks_grad()
 }
 
+/// Items first: they stay before what the attribute adds, an owned argument's rebinding or
+/// the guard (`cargo clippy` checks).
+#[deny(clippy::items_after_statements)]
+#[gpu_scope]
+fn items_first(x: Tensor) -> Tensor {
+    const K: i64 = 3;
+    fn triple(t: Tensor) -> Tensor {
+        t * K
+    }
+    triple(x)
+}
+
+#[deny(clippy::items_after_statements)]
+#[gpu_scope]
+fn never_with_items() -> ! {
+    const WHY: &str = "on purpose";
+    panic!("{WHY}")
+}
+
+#[test]
+fn items_may_open_a_body() {
+    assert_eq!(items_first(floats(2)).size(), [2]);
+    assert!(std::panic::catch_unwind(|| never_with_items()).is_err());
+}
+
 /// A `bool` expression, evaluated at entry: a step that trains or only evaluates.
 #[gpu_scope(keep_grad = training)]
 fn with_grad_if(training: bool) -> bool {

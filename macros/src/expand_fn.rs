@@ -274,8 +274,10 @@ fn body(func: &ItemFn, args: &Args, ret_ty: Option<&Type>, private: &TokenStream
         });
     // The user's statements, not their block: a block of one expression as the value of
     // another would be linted (`unused_braces`) at the user's braces.
-    let stmts = &func.block.stmts;
-    let inside = quote_spanned!(span=> #reborrow #take_self #(#rebinds)* #fake_return #(#stmts)*);
+    let (items, stmts) = leading_items(&func.block.stmts);
+    let inside = quote_spanned! {span=>
+        #(#items)* #reborrow #take_self #(#rebinds)* #fake_return #(#stmts)*
+    };
     // Braces shown as the user's: a body without a value where one is returned (`y;` as the
     // last statement) is shown there, with rustc's advice, not at the attribute.
     let mut block = Group::new(Delimiter::Brace, inside);
@@ -295,10 +297,23 @@ fn never_returns(func: &ItemFn, opts: TokenStream, private: &TokenStream) -> Tok
             ::core::unreachable!("an `async fn` returning `!` returned")
         }
     } else {
-        let stmts = &block.stmts;
+        let (items, stmts) = leading_items(&block.stmts);
         quote_spanned! {span=>
+            #(#items)*
             let #exit = #private::ScopeGuard::enter(#opts);
             #(#stmts)*
         }
     }
+}
+
+/// The items a body opens with, and the rest: the items stay first, before the statements
+/// added to the body (as written, they are not items after statements, which
+/// `clippy::items_after_statements` lints).
+fn leading_items(stmts: &[Stmt]) -> (&[Stmt], &[Stmt]) {
+    stmts.split_at(
+        stmts
+            .iter()
+            .take_while(|s| matches!(s, Stmt::Item(_)))
+            .count(),
+    )
 }
