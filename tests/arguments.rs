@@ -1413,6 +1413,36 @@ impl Layers {
     }
 }
 
+macro_rules! items {
+    ($($item:item)*) => { $($item)* };
+}
+
+impl Layers {
+    /// A macro call in the body that makes an item with a `self` of its own: that `self` is
+    /// left as it is (the body's is renamed).
+    #[gpu_scope(on_escape = error)]
+    fn count_through_an_item(&mut self) -> Result<usize, Error> {
+        items! {
+            struct Count(usize);
+            impl Count {
+                fn get(&self) -> usize {
+                    self.0
+                }
+            }
+        }
+        self.ts.push(floats(2));
+        Ok(Count(self.ts.len()).get())
+    }
+}
+
+#[test]
+fn a_macro_item_in_a_mut_self_body_keeps_its_own_self() {
+    let _serial = common::serial();
+    let mut layers = Layers::default();
+    assert_eq!(layers.count_through_an_item().unwrap(), 1);
+    assert_eq!(last_report().unwrap().kept, 8);
+}
+
 #[test]
 fn a_mut_self_the_body_moves_is_searched_after_it() {
     let _serial = common::serial();

@@ -7,12 +7,13 @@
 //! written (a `Pin<&mut Self>` one is then not searched).
 use crate::args::RenamedSelf;
 use crate::local::{self, SELF};
-use proc_macro2::{Group, Span, TokenStream, TokenTree};
+use proc_macro2::{Delimiter, Group, Span, TokenStream, TokenTree};
 use syn::visit_mut::VisitMut;
 use syn::{Block, Ident};
 
 /// Renames `self` in `block`, outside nested items (which have their own `self`) and
-/// paths such as `self::module`; inside macro calls, every `self` not followed by `::`.
+/// paths such as `self::module`; inside macro calls, every `self` not followed by `::` nor in
+/// a function item (`fn name ... { .. }`).
 pub(crate) fn rename_self(block: &mut Block) {
     Rename.visit_block_mut(block);
 }
@@ -45,11 +46,24 @@ impl VisitMut for Rename {
 
 fn rename_tokens(tokens: TokenStream) -> TokenStream {
     let mut out: Vec<TokenTree> = tokens.into_iter().collect();
+    // A function item in the call (`fn get(&self) { .. }`, in an `impl` the macro expands to)
+    // has a `self` of its own: left as it is, from its name to its body.
+    let mut in_fn = false;
     for i in 0..out.len() {
         let path_follows = matches!(
             (out.get(i + 1), out.get(i + 2)),
             (Some(TokenTree::Punct(a)), Some(TokenTree::Punct(b))) if a.as_char() == ':' && b.as_char() == ':'
         );
+        if in_fn {
+            in_fn = !matches!(&out[i], TokenTree::Group(g) if g.delimiter() == Delimiter::Brace)
+                && !matches!(&out[i], TokenTree::Punct(p) if p.as_char() == ';');
+            continue;
+        }
+        if matches!((&out[i], out.get(i + 1)), (TokenTree::Ident(f), Some(TokenTree::Ident(_))) if f == "fn")
+        {
+            in_fn = true;
+            continue;
+        }
         match &mut out[i] {
             TokenTree::Ident(ident) if ident == "self" && !path_follows => {
                 *ident = renamed(ident.span());
