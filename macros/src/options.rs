@@ -17,10 +17,11 @@ mod kw {
 }
 
 const VALID: &str = "valid options: `name = \"...\"`, \
-`on_escape = panic | warn | error | ignore`, `release = outermost | always | never | \"<size>\"` or a `ReleasePolicy` expression, \
+`on_escape = panic | warn | error | ignore`, \
+`release = outermost | always | never | \"<size>\"` or a `ReleasePolicy` expression, \
 `max_peak = \"<size>\"` (e.g. \"2 GiB\") or an integer expression in bytes, \
-`keep_grad` (or `keep_grad = true | false` or a `bool` expression), `device = <expr>`, `crate = path` (where \
-gpu-scope is renamed or re-exported)";
+`keep_grad` (or `keep_grad = true | false` or a `bool` expression), `device = <expr>`, \
+`crate = path` (where gpu-scope is renamed or re-exported)";
 const VALID_BLOCK: &str = ", and in `scope!` only `keep = [place, ...]`";
 
 /// Which macro the options belong to: the block form stops before its block.

@@ -50,8 +50,8 @@ pub enum ReleasePolicy {
     /// Never.
     Never,
     /// When the scope ends and the releasable cached bytes (see
-    /// [`MemoryStats::releasable`](crate::MemoryStats::releasable)) of some device exceed this many, also
-    /// after a scope that only freed device memory.
+    /// [`MemoryStats::releasable`](crate::MemoryStats::releasable)) of some device exceed this
+    /// many, also after a scope that only freed device memory.
     Above(u64),
 }
 
