@@ -732,6 +732,12 @@ fn grow(mut x: Tensor, n: i64) -> Result<(), Error> {
 }
 
 #[gpu_scope(on_escape = error)]
+fn look(x: Tensor) -> Result<(), Error> {
+    assert!(x.numel() > 0);
+    Ok(())
+}
+
+#[gpu_scope(on_escape = error)]
 fn grow_optional(x: Option<Tensor>, n: i64) -> Result<(), Error> {
     if let Some(mut x) = x {
         let _ = x.resize_([n]);
@@ -752,6 +758,15 @@ fn an_owned_tensor_the_caller_shares_is_kept() {
     assert_eq!(x.size(), [64], "its own sizes; the storage grew");
     let y = floats(4);
     assert_eq!(kept(grow(y.view([2, 2]), 80)).kept, 320);
+    // A view whose base the caller no longer holds dies with the argument.
+    let alone = {
+        let base = floats(4);
+        base.view([2, 2])
+    };
+    kept_nothing(grow(alone, 64));
+    // A quantized tensor's storage, shared with a `detach()`: read as plain bytes.
+    let q = floats(4).quantize_per_tensor(0.1, 0, tch::Kind::QInt8);
+    kept_nothing(look(q.detach()));
     assert_eq!(kept(grow_optional(Some(x.shallow_clone()), 128)).kept, 512);
     assert_eq!(x.size(), [128]);
     kept_nothing(grow(floats(4), 64));

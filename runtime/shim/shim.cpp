@@ -671,8 +671,6 @@ int gs_tensor_storages(const void* const* tensors, size_t count, gs_storage* out
 struct WeakTensor {
   c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> tensor;
   c10::weak_intrusive_ptr<c10::StorageImpl> storage;
-  c10::DispatchKeySet keys;
-  caffe2::TypeMeta dtype;
 };
 
 int gs_tensor_weak(const void* tensor, void** weak) noexcept {
@@ -687,8 +685,7 @@ int gs_tensor_weak(const void* tensor, void** weak) noexcept {
           storage_shared ? c10::weak_intrusive_ptr<c10::StorageImpl>(
                                t.storage().getWeakStorageImpl())
                          : c10::weak_intrusive_ptr<c10::StorageImpl>(
-                               c10::intrusive_ptr<c10::StorageImpl>()),
-          t.key_set(), t.dtype()};
+                               c10::intrusive_ptr<c10::StorageImpl>())};
     }
   });
 }
@@ -700,9 +697,14 @@ int gs_tensor_weak_lock(void* weak, void** tensor) noexcept {
     if (auto impl = w->tensor.lock()) {
       *tensor = new at::Tensor(std::move(impl));
     } else if (auto storage = w->storage.lock()) {
-      // The argument is gone, its storage is not: a tensor over it (no data of its own).
+      // The argument is gone, its storage is not: a plain byte tensor over it (no data of its
+      // own; not the argument's keys, which may say quantized or nested, kinds of tensor
+      // object this is not).
+      const auto device = storage->device();
+      const auto key = c10::computeDispatchKey(at::kByte, at::kStrided, device);
       *tensor = new at::Tensor(at::detail::make_tensor<c10::TensorImpl>(
-          c10::Storage(std::move(storage)), w->keys, w->dtype));
+          c10::Storage(std::move(storage)), c10::DispatchKeySet(key),
+          caffe2::TypeMeta::Make<uint8_t>()));
     }
   });
 }

@@ -81,9 +81,10 @@ int gs_tensor_graph(const void* tensor, uint64_t* thread, uint64_t* node) GS_NOE
 // their gradients'; at most `cap` in `out`, their number in *n; flags[i] for tensors[i].
 int gs_tensor_storages(const void* const* tensors, size_t count, gs_storage* out, size_t cap,
                        size_t* n, int* flags) GS_NOEXCEPT;
-// A weak reference to the tensor's TensorImpl in *weak when another tensor shares it (a
-// shallow clone the caller kept), else null; gs_tensor_weak_lock gives the tensor back while
-// someone still holds it (a new at::Tensor in *tensor, for tch to own), else null.
+// A weak reference to the tensor in *weak when another tensor shares it (a shallow clone the
+// caller kept) or its storage (a view, a detach()), else null; gs_tensor_weak_lock gives the
+// tensor back while someone still holds it, else a byte tensor over its storage while that
+// lives (a new at::Tensor in *tensor, for tch to own), else null.
 int gs_tensor_weak(const void* tensor, void** weak) GS_NOEXCEPT;
 int gs_tensor_weak_lock(void* weak, void** tensor) GS_NOEXCEPT;
 void gs_tensor_weak_free(void* weak) GS_NOEXCEPT;

@@ -270,9 +270,10 @@ impl<T: Tensors + ?Sized> Tensors for SharedBorrow<'_, T> {
 }
 
 /// What an owned `Tensor` argument still shares with the caller when the scope ends: a
-/// `shallow_clone` shares the tensor itself, not only its storage, so what the body grew it
-/// into (`resize_`, an `out=` operator) is the caller's. A weak reference, taken only when
-/// another tensor shared it at entry, so that the argument still dies in the body.
+/// `shallow_clone` shares the tensor itself, a view or a `detach()` its storage, so what the
+/// body grew it into (`resize_`, an `out=` operator) is the caller's. A weak reference, taken
+/// only when another tensor shared it (or its storage) at entry, so that the argument still
+/// dies in the body.
 #[allow(missing_debug_implementations)]
 pub struct SharedTensor(*mut std::ffi::c_void);
 
