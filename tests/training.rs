@@ -401,18 +401,37 @@ fn backward_returning_err(model: &nn::Linear) -> Result<(), tch::TchError> {
     model.forward(&x).sum(Kind::Float).f_backward()
 }
 
+/// An error with context, as anyhow's: the cause shows in its alternate form (`{:#}`) only.
+struct WithContext(tch::TchError);
+
+impl std::fmt::Display for WithContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match f.alternate() {
+            true => write!(f, "training step: {}", self.0),
+            false => write!(f, "training step"),
+        }
+    }
+}
+
+/// The error passed up through an enclosing scope, with context: the hint is printed once.
+#[gpu_scope::gpu_scope(name = "epoch")]
+fn epoch_returning_err(model: &nn::Linear) -> Result<(), WithContext> {
+    backward_returning_err(model).map_err(WithContext)
+}
+
 /// The same error returned (`f_backward()?`) from a scoped function or a `scope!` block, not
-/// a panic: the hint follows it all the same, on stderr; an `Err` that says something else
-/// gets none.
+/// a panic: the hint follows it all the same, on stderr, once however many scopes it passes
+/// through; an `Err` that says something else gets none.
 #[test]
 fn a_returned_autograd_error_names_keep_grad() {
     if in_child() {
         let vs = nn::VarStore::new(Device::Cpu);
         let model = nn::linear(vs.root(), 4, 1, Default::default());
-        assert!(backward_returning_err(&model).is_err());
+        assert!(epoch_returning_err(&model).is_err());
         eprintln!("-- block --");
-        let r: Result<(), tch::TchError> = gpu_scope::scope!({
-            (model.forward(&Tensor::ones([1, 4], (Kind::Float, Device::Cpu))) * 2).f_backward()
+        let r: Result<(), WithContext> = gpu_scope::scope!({
+            let y = model.forward(&Tensor::ones([1, 4], (Kind::Float, Device::Cpu))) * 2;
+            y.f_backward().map_err(WithContext)
         });
         assert!(r.is_err());
         eprintln!("-- other --");

@@ -1,7 +1,7 @@
 //! Autograd off inside scopes (the default), and the hint that names `keep_grad` when that is
 //! why training code fails.
 use crate::ffi;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ffi::c_int;
 use std::panic::Location;
 use std::sync::Arc;
@@ -12,6 +12,9 @@ pub(crate) type Place = &'static Location<'static>;
 thread_local! {
     /// Where the scopes on this thread's stack that turned autograd off were opened.
     static OFF: RefCell<Vec<Place>> = const { RefCell::new(Vec::new()) };
+    /// The hint was printed since the outermost of them was opened: an error returned through
+    /// several scopes, or returned and then unwrapped, gets it once.
+    static HINTED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Turns autograd off on this thread for the scope opened at `at`; returns the mode to give
@@ -39,6 +42,9 @@ pub(crate) fn forget(at: Place) {
         // The same scope's place, by address (the last one but after an async suspension).
         if let Some(i) = off.iter().rposition(|l| std::ptr::eq(*l, at)) {
             off.remove(i);
+        }
+        if off.is_empty() {
+            let _ = HINTED.try_with(|h| h.set(false));
         }
     });
 }
@@ -70,6 +76,9 @@ pub(crate) fn carry(places: &[Place]) -> Option<usize> {
 /// Takes carried work's places off this thread's list again (see [`carry`]).
 pub(crate) fn uncarry(len: usize) {
     let _ = OFF.try_with(|o| o.borrow_mut().truncate(len));
+    if len == 0 {
+        let _ = HINTED.try_with(|h| h.set(false));
+    }
 }
 
 /// This thread's autograd mode, for [`set`].
@@ -119,7 +128,8 @@ fn install_hint() {
 pub(crate) fn returned_error(error: &dyn std::fmt::Display) {
     // Formatted only where a scope turned autograd off.
     if OFF.try_with(|o| !o.borrow().is_empty()).unwrap_or(false) {
-        print_hint(&error.to_string());
+        // `{:#}`: anyhow's error shows its whole chain (`f_backward().context(..)?`).
+        print_hint(&format!("{error:#}"));
     }
 }
 
@@ -127,7 +137,10 @@ pub(crate) fn returned_error(error: &dyn std::fmt::Display) {
 /// the thread turned autograd off.
 fn print_hint(message: &str) {
     let off = OFF.try_with(|o| o.borrow().clone()).unwrap_or_default();
-    if !off.is_empty() && SIGNS.iter().any(|s| message.contains(s)) {
+    if !off.is_empty()
+        && SIGNS.iter().any(|s| message.contains(s))
+        && !HINTED.try_with(|h| h.replace(true)).unwrap_or(true)
+    {
         // Turned on again inside (`tch::with_grad`): the tensor may have been computed there,
         // or before, with it off.
         eprintln!("{}", hint(&off, mode() != 0));
