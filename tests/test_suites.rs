@@ -71,6 +71,9 @@ fn a_bare_attribute_takes_the_builds_default_policy() {
     fn leaks() {
         std::mem::forget(Tensor::ones([4], (Kind::Float, Device::Cpu)));
     }
+    if std::env::var_os("GPU_SCOPE_ON_ESCAPE").is_some() {
+        return; // the environment chose another default
+    }
     let failed = std::thread::spawn(leaks).join().is_err();
     assert_eq!(
         failed,

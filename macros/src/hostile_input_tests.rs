@@ -289,6 +289,7 @@ fn malformed_blocks() {
             "put the code in braces",
         ),
         ("name = \"a\", keep_grad", None, "needs a block"),
+        ("x + 1,", Some("x + 1"), "put the code in braces"),
         (
             "name, { 1 }",
             Some("name"),

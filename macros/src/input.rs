@@ -107,23 +107,14 @@ impl Parse for ScopedBlock {
 /// The error for `scope!` without a block: at the code after the last comma where that is not
 /// an option (`scope!(name = "a", x + 1)`), else at the whole call.
 fn no_block(tokens: TokenStream) -> syn::Error {
-    const OPTIONS: [&str; 8] = [
-        "name",
-        "on_escape",
-        "release",
-        "max_peak",
-        "keep_grad",
-        "device",
-        "keep",
-        "crate",
-    ];
     let tokens: Vec<TokenTree> = tokens.into_iter().collect();
+    // The last part that is not empty: a comma may end the list.
     let last = tokens
         .rsplit(|tt| matches!(tt, TokenTree::Punct(p) if p.as_char() == ','))
-        .next()
+        .find(|part| !part.is_empty())
         .unwrap_or_default();
     match last.first() {
-        Some(TokenTree::Ident(i)) if OPTIONS.iter().any(|o| i == o) => {
+        Some(TokenTree::Ident(i)) if crate::options::NAMES.iter().any(|o| i == o) => {
             syn::Error::new(Span::call_site(), NEEDS_BLOCK)
         }
         Some(_) => syn::Error::new_spanned(

@@ -6,6 +6,18 @@ use syn::parse::ParseStream;
 use syn::punctuated::Punctuated;
 use syn::{Expr, Ident, Lit, LitStr, Token};
 
+/// Every option's name, for the block macro's error without a block.
+pub(crate) const NAMES: [&str; 8] = [
+    "name",
+    "on_escape",
+    "release",
+    "max_peak",
+    "keep_grad",
+    "device",
+    "keep",
+    "crate",
+];
+
 mod kw {
     syn::custom_keyword!(name);
     syn::custom_keyword!(on_escape);

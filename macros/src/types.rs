@@ -160,19 +160,16 @@ pub(crate) fn reaches_cell(ty: &Type) -> bool {
     })
 }
 
-/// Whether this is tch's `nn::Path` with its lifetime elided (`p: nn::Path`, `tch::nn::Path`, or
-/// `Path` alone: the standard one is unsized, no argument's type): it borrows the caller's
-/// `VarStore`, and what the body builds through it grows that store.
+/// Whether this is tch's `nn::Path` with its lifetime elided (`p: nn::Path`, `tch::nn::Path`;
+/// not a bare `Path`, a name other crates use too): it borrows the caller's `VarStore`, and
+/// what the body builds through it grows that store.
 pub(crate) fn is_nn_path(ty: &Type) -> bool {
     let Type::Path(p) = strip_parens(ty) else {
         return false;
     };
     let segments: Vec<_> = p.path.segments.iter().collect();
-    match segments.as_slice() {
-        [.., before, last] => last.ident == "Path" && before.ident == "nn",
-        [last] => last.ident == "Path",
-        [] => false,
-    }
+    matches!(segments.as_slice(), [.., before, last]
+        if last.ident == "Path" && before.ident == "nn" && last.arguments.is_none())
 }
 
 /// Whether an owned value of this type holds a `&mut` borrow of the caller's data: a `&mut`

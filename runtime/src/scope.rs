@@ -19,8 +19,9 @@ pub struct Scope {
 
 impl Scope {
     /// Opens a scope on this thread. Fails if the options name a device that does not exist
-    /// or a negative `max_peak` (an expression given to the macros), if the scope would be nested deeper than gpu-scope tracks
-    /// ([`Error::TooDeep`]), or if the thread is ending ([`Error::ThreadEnding`]).
+    /// or a negative `max_peak` (an expression given to the macros), if the scope would be
+    /// nested deeper than gpu-scope tracks ([`Error::TooDeep`]), or if the thread is ending
+    /// ([`Error::ThreadEnding`]).
     pub fn enter(opts: ScopeOptions) -> Result<Scope, Error> {
         Ok(Scope {
             open: OpenScope::enter(opts)?,

@@ -57,6 +57,28 @@ fn formatted_name_with_grad() {}
 #[gpu_scope(keep_grad = false, release = never, device = tch::Device::Cpu)]
 fn without_grad() {}
 
+// `keep_grad` and `release` as expressions, evaluated on entry.
+struct Trainer {
+    training: bool,
+    policy: gpu_scope::ReleasePolicy,
+}
+
+impl Trainer {
+    #[gpu_scope(keep_grad = self.training, release = self.policy)]
+    fn step(&self) -> bool {
+        self.training
+    }
+}
+
+#[gpu_scope(keep_grad = !frozen, release = gpu_scope::ReleasePolicy::Above(1 << 30))]
+fn tune(frozen: bool) -> bool {
+    frozen
+}
+
+fn by_variable(policy: gpu_scope::ReleasePolicy, training: bool) -> usize {
+    scope!(release = { policy }, keep_grad = training, { 1 })
+}
+
 fn blocks(model: &mut Model) -> usize {
     let x = floats(2);
     let mut cache: Vec<Tensor> = Vec::new();
@@ -129,6 +151,12 @@ fn main() {
     budget_from_a_signed_integer(1 << 20);
     formatted_name_with_grad();
     without_grad();
+    let trainer = Trainer {
+        training: true,
+        policy: gpu_scope::ReleasePolicy::Never,
+    };
+    assert!(trainer.step() && !tune(false));
+    assert_eq!(by_variable(gpu_scope::ReleasePolicy::Always, false), 1);
     assert_eq!(blocks(&mut model), 3);
     assert_eq!(more_places(), 2);
     let holder = Holder {
