@@ -113,15 +113,13 @@ fn no_block(tokens: TokenStream) -> syn::Error {
         .rsplit(|tt| matches!(tt, TokenTree::Punct(p) if p.as_char() == ','))
         .find(|part| !part.is_empty())
         .unwrap_or_default();
+    let option = |tt: &TokenTree| matches!(tt, TokenTree::Ident(i) if crate::options::NAMES.iter().any(|o| i == o));
     match last.first() {
-        Some(TokenTree::Ident(i)) if crate::options::NAMES.iter().any(|o| i == o) => {
-            syn::Error::new(Span::call_site(), NEEDS_BLOCK)
-        }
-        Some(_) => syn::Error::new_spanned(
+        Some(first) if !option(first) => syn::Error::new_spanned(
             last.iter().cloned().collect::<TokenStream>(),
             "`scope!` needs a block: put the code in braces, `scope!(name = \"step\", { ... })`",
         ),
-        None => syn::Error::new(Span::call_site(), NEEDS_BLOCK),
+        _ => syn::Error::new(Span::call_site(), NEEDS_BLOCK),
     }
 }
 
