@@ -41,10 +41,7 @@ pub(crate) fn scope_options(
             Release::Always => quote_spanned!(span=> #policy::Always),
             Release::Never => quote_spanned!(span=> #policy::Never),
             Release::Above(bytes) => quote_spanned!(span=> #policy::Above(#bytes)),
-            // Typed where it is written, as `device` is.
-            Release::Expr(expr) => quote_spanned! {local::at(expr.span())=>
-                { let release: #policy = #expr; release }
-            },
+            Release::Expr(expr) => typed(expr, |_| policy),
         };
         out.extend(quote_spanned!(span=> .release(#release)));
     }
@@ -54,8 +51,9 @@ pub(crate) fn scope_options(
             // Typed `u128`, so that `8 * 1024 * 1024 * 1024` does not overflow `i32` and
             // `1 << 70` (too large for `u64`: no limit) does not overflow at all.
             Bytes::Expr(expr) if literal_arithmetic(expr) => {
+                let bytes = typed(expr, |at| quote_spanned!(at=> u128));
                 let bytes = quote_spanned! {local::at(expr.span())=>
-                    #private::MaxPeak::bytes({ let bytes: u128 = #expr; bytes })
+                    #private::MaxPeak::bytes(#bytes)
                 };
                 quote_spanned!(span=> .max_peak_budget(#bytes))
             }
@@ -72,28 +70,30 @@ pub(crate) fn scope_options(
     }
     match options.keep_grad.as_ref().map(|k| &k.value) {
         Some(KeepGrad::Is(true)) => out.extend(quote_spanned!(span=> .keep_grad_mode(true))),
-        // Typed where it is written, as `device` is.
         Some(KeepGrad::Expr(keep)) => {
-            let keep = quote_spanned! {local::at(keep.span())=>
-                { let keep_grad: bool = #keep; keep_grad }
-            };
+            let keep = typed(keep, |at| quote_spanned!(at=> bool));
             out.extend(quote_spanned!(span=> .keep_grad_mode(#keep)));
         }
         Some(KeepGrad::Is(false)) | None => {}
     }
     if let Some(device) = &options.device {
-        let device = &device.value;
-        // Typed where it is written: a wrong type is an error at the expression (not at the
-        // runtime's method), and `.into()` knows what to convert to.
-        let device = quote_spanned! {local::at(device.span())=>
-            { let device: #private::Device = #device; device }
-        };
+        // `.into()` knows what to convert to.
+        let device = typed(&device.value, |at| quote_spanned!(at=> #private::Device));
         out.extend(quote_spanned!(span=> .device(#device)));
     }
     if cannot_unwind {
         out.extend(quote_spanned!(span=> .cannot_unwind()));
     }
     out
+}
+
+/// An option's expression typed where it is written: a wrong type is an error at the
+/// expression (not at the runtime's method that takes it). `ty` gets the span the expression
+/// is shown at, for a type error's "expected due to this".
+fn typed(expr: &Expr, ty: impl FnOnce(Span) -> TokenStream) -> TokenStream {
+    let at = local::at(expr.span());
+    let ty = ty(at);
+    quote_spanned! {at=> { let value: #ty = #expr; value } }
 }
 
 /// Integer literals without suffix joined by arithmetic: the literals take the type the
