@@ -102,3 +102,49 @@ fn the_failure_names_the_allocation() {
         "{message}"
     );
 }
+
+/// Under `#[tokio::test]` written above it (tokio's attribute expands first, into a function
+/// that builds a runtime and blocks on the body), the scope is still the `async fn`'s, entered
+/// at each of its polls: a task it spawns but does not carry the scope to is not its own.
+#[tokio::test]
+#[gpu_scope(on_escape = panic)]
+async fn a_spawned_task_is_not_the_tests() {
+    let task = tokio::spawn(async {
+        let t = Tensor::ones([99], (Kind::Float, Device::Cpu));
+        tokio::task::yield_now().await;
+        // The task's leak (its own business), not one of the test's scope.
+        std::mem::forget(t);
+        // Nor does the task run with the scope's autograd off.
+        let x = Tensor::ones([1], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+        (&x * 2).requires_grad()
+    });
+    tokio::task::yield_now().await;
+    assert!(task.await.unwrap(), "the task ran with autograd off");
+}
+
+/// The same under `#[tokio::main]` above the attribute: the report is the function's, named
+/// after it, and counts what its body made, not what a task it spawned made.
+#[test]
+fn tokio_main_above_the_attribute_scopes_the_body() {
+    #[tokio::main(flavor = "current_thread")]
+    #[gpu_scope(on_escape = panic)]
+    async fn serve() -> (Tensor, Tensor) {
+        let made = tokio::spawn(async { Tensor::ones([99], (Kind::Float, Device::Cpu)) });
+        let x = Tensor::ones([8], (Kind::Float, Device::Cpu));
+        (made.await.unwrap(), x)
+    }
+    let out = serve();
+    let report = gpu_scope::last_report().expect("a report");
+    assert!(report.name.ends_with("::serve"), "{}", report.name);
+    assert_eq!((out.0.size(), out.1.size()), (vec![99], vec![8]));
+    assert_eq!(report.allocations, 1, "only the body's ones([8]): {report}");
+}
+
+#[tokio::test]
+#[gpu_scope(on_escape = error)]
+async fn an_async_test_returning_the_escape() -> Result<(), gpu_scope::Error> {
+    let x = Tensor::randn([64], (Kind::Float, Device::Cpu));
+    tokio::task::yield_now().await;
+    assert_eq!(standardise(&x).size(), [64]);
+    Ok(())
+}

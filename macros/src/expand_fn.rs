@@ -9,12 +9,51 @@ use crate::{rename_self, types, valid};
 use proc_macro2::{Delimiter, Group, Ident, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
-use syn::{Block, Expr, ItemFn, ReturnType, Stmt, Type};
+use syn::{Block, Expr, ExprAsync, ItemFn, Pat, ReturnType, Signature, Stmt, Token, Type};
 
 pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
-    let scoped = input::parse_fn(args, item)?;
-    valid::validate_fn(&scoped)?;
-    Ok(rewrite(scoped))
+    let mut scoped = input::parse_fn(args, item)?;
+    let Some(future) = runtime_future(&scoped.func.sig, &mut scoped.func.block) else {
+        valid::validate_fn(&scoped)?;
+        return Ok(rewrite(scoped).into_token_stream());
+    };
+    // The `async fn` the user wrote, scoped as under the attributes' other order: entered at
+    // each poll of its future, not around the runtime that polls it.
+    let written = ScopedFn {
+        options: scoped.options,
+        tokens: scoped.tokens,
+        func: ItemFn {
+            attrs: scoped.func.attrs.clone(),
+            vis: scoped.func.vis.clone(),
+            sig: Signature {
+                asyncness: Some(Token![async](future.async_token.span)),
+                ..scoped.func.sig.clone()
+            },
+            block: Box::new(future.block.clone()),
+        },
+    };
+    valid::validate_fn(&written)?;
+    future.block = *rewrite(written).block;
+    Ok(scoped.func.into_token_stream())
+}
+
+/// `#[tokio::test]` or `#[tokio::main]` written above `#[gpu_scope]` expands first, and hands on
+/// a plain `fn` without arguments that opens with `let body = async { <the user's body> };` and
+/// then blocks on it in a runtime it builds. That future is the user's `async fn`.
+fn runtime_future<'a>(sig: &Signature, block: &'a mut Block) -> Option<&'a mut ExprAsync> {
+    if sig.asyncness.is_some() || !sig.inputs.is_empty() {
+        return None;
+    }
+    let Some(Stmt::Local(local)) = block.stmts.first_mut() else {
+        return None;
+    };
+    if !matches!(&local.pat, Pat::Ident(p) if p.ident == "body") {
+        return None;
+    }
+    match &mut *local.init.as_mut()?.expr {
+        Expr::Async(future) if future.capture.is_none() => Some(future),
+        _ => None,
+    }
 }
 
 /// Input:
@@ -50,7 +89,7 @@ fn rewrite(
         tokens,
         mut func,
     }: ScopedFn,
-) -> TokenStream {
+) -> ItemFn {
     let span = Span::mixed_site();
     let private = options.private(span);
     let ident = &func.sig.ident;
@@ -90,7 +129,7 @@ fn rewrite(
         stmts: vec![Stmt::Expr(Expr::Verbatim(body), None)],
     };
     func.block = Box::new(block);
-    func.into_token_stream()
+    func
 }
 
 /// The body of a function that returns: see `rewrite`.
