@@ -140,6 +140,21 @@ fn tokio_main_above_the_attribute_scopes_the_body() {
     assert_eq!(report.allocations, 1, "only the body's ones([8]): {report}");
 }
 
+/// A function that opens the same way by hand (`let body = async {..};`) but does something
+/// else with the future's value is not tokio's: it is scoped whole, as written.
+#[test]
+fn a_hand_written_runtime_is_scoped_whole() {
+    #[gpu_scope(on_escape = panic)]
+    fn own_runtime() -> String {
+        let body = async { Tensor::ones([3], (Kind::Float, Device::Cpu)).size()[0] };
+        let rt = tokio::runtime::Builder::new_current_thread().build();
+        rt.unwrap().block_on(body).to_string()
+    }
+    assert_eq!(own_runtime(), "3");
+    let report = gpu_scope::last_report().expect("a report");
+    assert_eq!(report.allocations, 1, "{report}");
+}
+
 #[tokio::test]
 #[gpu_scope(on_escape = error)]
 async fn an_async_test_returning_the_escape() -> Result<(), gpu_scope::Error> {

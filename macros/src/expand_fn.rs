@@ -39,9 +39,11 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
 
 /// `#[tokio::test]` or `#[tokio::main]` written above `#[gpu_scope]` expands first, and hands on
 /// a plain `fn` without arguments that opens with `let body = async { <the user's body> };` and
-/// then blocks on it in a runtime it builds. That future is the user's `async fn`.
+/// ends in a block whose last statement is `return <runtime>.block_on(body);`. That future is
+/// the user's `async fn` (a function written so by hand is taken as the same, and scoped the
+/// same way: the future's output is what the function returns).
 fn runtime_future<'a>(sig: &Signature, block: &'a mut Block) -> Option<&'a mut ExprAsync> {
-    if sig.asyncness.is_some() || !sig.inputs.is_empty() {
+    if sig.asyncness.is_some() || !sig.inputs.is_empty() || !blocks_on_body(block) {
         return None;
     }
     let Some(Stmt::Local(local)) = block.stmts.first_mut() else {
@@ -54,6 +56,24 @@ fn runtime_future<'a>(sig: &Signature, block: &'a mut Block) -> Option<&'a mut E
         Expr::Async(future) if future.capture.is_none() => Some(future),
         _ => None,
     }
+}
+
+/// The function's last statement is a block ending in `return <expr>.block_on(body);`.
+fn blocks_on_body(block: &Block) -> bool {
+    let Some(Stmt::Expr(Expr::Block(last), _)) = block.stmts.last() else {
+        return false;
+    };
+    let Some(Stmt::Expr(Expr::Return(ret), _)) = last.block.stmts.last() else {
+        return false;
+    };
+    let Some(Expr::MethodCall(call)) = ret.expr.as_deref() else {
+        return false;
+    };
+    let on_body = match call.args.first() {
+        Some(Expr::Path(p)) => p.path.is_ident("body"),
+        _ => false,
+    };
+    call.method == "block_on" && call.args.len() == 1 && on_body
 }
 
 /// Input:
