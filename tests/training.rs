@@ -413,6 +413,23 @@ impl std::fmt::Display for WithContext {
     }
 }
 
+/// A `std::error::Error` that shows only its own message, its cause in `source()` (as
+/// thiserror's `#[error("training step failed")] Step(#[from] TchError)` does).
+#[derive(Debug)]
+struct Wrapped(tch::TchError);
+
+impl std::fmt::Display for Wrapped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "training step failed")
+    }
+}
+
+impl std::error::Error for Wrapped {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
 /// The error passed up through an enclosing scope, with context: the hint is printed once.
 #[gpu_scope::gpu_scope(name = "epoch")]
 fn epoch_returning_err(model: &nn::Linear) -> Result<(), WithContext> {
@@ -434,6 +451,12 @@ fn a_returned_autograd_error_names_keep_grad() {
             y.f_backward().map_err(WithContext)
         });
         assert!(r.is_err());
+        eprintln!("-- source --");
+        let r: Result<(), Wrapped> = gpu_scope::scope!({
+            let y = model.forward(&Tensor::ones([1, 4], (Kind::Float, Device::Cpu))) * 2;
+            y.f_backward().map_err(Wrapped)
+        });
+        assert!(r.is_err());
         eprintln!("-- other --");
         let r: Result<(), String> = gpu_scope::scope!({ Err("something else".to_owned()) });
         assert!(r.is_err());
@@ -444,8 +467,9 @@ fn a_returned_autograd_error_names_keep_grad() {
     assert!(out.status.success(), "{stderr}");
     let parts: Vec<&str> = stderr.split("-- block --").collect();
     assert_eq!(parts.len(), 2, "{stderr}");
-    let (block, other) = parts[1].split_once("-- other --").unwrap();
-    for part in [parts[0], block] {
+    let (block, rest) = parts[1].split_once("-- source --").unwrap();
+    let (source, other) = rest.split_once("-- other --").unwrap();
+    for part in [parts[0], block, source] {
         assert_eq!(
             part.matches("gpu-scope: this ran with autograd off")
                 .count(),

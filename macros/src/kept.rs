@@ -57,14 +57,15 @@ impl<'a> Kept<'a> {
     }
 
     /// The scope's own value: an `Err` in it that says a tensor does not require grad gets the
-    /// `keep_grad` hint, as a panic does (autoref specialisation: `HintErr` for a `Result`
-    /// whose error is `Display`, else `HintNone`, which does nothing).
+    /// `keep_grad` hint, as a panic does (autoref specialisation: `HintSource` for a `Result`
+    /// whose error is a `std::error::Error`, with its causes, else `HintErr` where it is
+    /// `Display`, else `HintNone`, which does nothing).
     pub(crate) fn returned(&mut self, value: impl ToTokens) {
         let span = Span::mixed_site();
         let private = private(self.krate, span);
         self.checked.push(quote_spanned! {span=> {
-            use #private::{HintErr as _, HintNone as _};
-            (&#private::Returned(&#value)).__gpu_scope_hint();
+            use #private::{HintErr as _, HintNone as _, HintSource as _};
+            (&&#private::Returned(&#value)).__gpu_scope_hint();
         }});
     }
 
