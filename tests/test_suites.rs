@@ -140,6 +140,30 @@ fn tokio_main_above_the_attribute_scopes_the_body() {
     assert_eq!(report.allocations, 1, "only the body's ones([8]): {report}");
 }
 
+/// A `#[tokio::main]` function other than `main` may take arguments: they are the scope's
+/// arguments as in the other order (a borrowed one kept, an owned one dropped inside).
+#[test]
+fn tokio_main_above_the_attribute_with_arguments() {
+    #[tokio::main(flavor = "current_thread")]
+    #[gpu_scope(on_escape = panic)]
+    async fn serve(x: &Tensor, y: Tensor) -> Tensor {
+        let made = tokio::spawn(async { Tensor::ones([99], (Kind::Float, Device::Cpu)) });
+        let grad = tokio::spawn(async {
+            let w = Tensor::ones([1], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+            (&w * 2).requires_grad()
+        });
+        assert!(grad.await.unwrap(), "the task ran with autograd off");
+        drop(made.await.unwrap());
+        x + y
+    }
+    let x = Tensor::ones([8], (Kind::Float, Device::Cpu));
+    let out = serve(&x, x.ones_like());
+    let report = gpu_scope::last_report().expect("a report");
+    assert!(report.name.ends_with("::serve"), "{}", report.name);
+    assert_eq!(out.size(), [8]);
+    assert_eq!(report.allocations, 1, "only the body's sum: {report}");
+}
+
 /// A function that opens the same way by hand (`let body = async {..};`) but does something
 /// else with the future's value is not tokio's: it is scoped whole, as written.
 #[test]

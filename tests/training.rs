@@ -401,6 +401,14 @@ fn backward_returning_err(model: &nn::Linear) -> Result<(), tch::TchError> {
     model.forward(&x).sum(Kind::Float).f_backward()
 }
 
+/// The same from an `async fn`: the hint is given inside its future, while the scope is on.
+#[gpu_scope::gpu_scope(name = "returns-err-async")]
+async fn backward_returning_err_async(model: &nn::Linear) -> Result<(), tch::TchError> {
+    let x = Tensor::ones([2, 4], (Kind::Float, Device::Cpu));
+    tokio::task::yield_now().await;
+    model.forward(&x).sum(Kind::Float).f_backward()
+}
+
 /// An error with context, as anyhow's: the cause shows in its alternate form (`{:#}`) only.
 struct WithContext(tch::TchError);
 
@@ -457,6 +465,12 @@ fn a_returned_autograd_error_names_keep_grad() {
             y.f_backward().map_err(Wrapped)
         });
         assert!(r.is_err());
+        eprintln!("-- async --");
+        let rt = tokio::runtime::Builder::new_current_thread().build();
+        assert!(rt
+            .unwrap()
+            .block_on(backward_returning_err_async(&model))
+            .is_err());
         eprintln!("-- other --");
         let r: Result<(), String> = gpu_scope::scope!({ Err("something else".to_owned()) });
         assert!(r.is_err());
@@ -468,8 +482,9 @@ fn a_returned_autograd_error_names_keep_grad() {
     let parts: Vec<&str> = stderr.split("-- block --").collect();
     assert_eq!(parts.len(), 2, "{stderr}");
     let (block, rest) = parts[1].split_once("-- source --").unwrap();
-    let (source, other) = rest.split_once("-- other --").unwrap();
-    for part in [parts[0], block, source] {
+    let (source, rest) = rest.split_once("-- async --").unwrap();
+    let (in_async, other) = rest.split_once("-- other --").unwrap();
+    for part in [parts[0], block, source, in_async] {
         assert_eq!(
             part.matches("gpu-scope: this ran with autograd off")
                 .count(),

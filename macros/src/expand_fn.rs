@@ -2,7 +2,7 @@
 use crate::args::{self, Args};
 use crate::expand_options::scope_options;
 use crate::input::{self, ScopedFn};
-use crate::kept::Kept;
+use crate::kept::{self, Kept};
 use crate::local::{self, ERROR, EXIT, KEPT, RET, SHARED};
 use crate::options::Policy;
 use crate::{rename_self, types, valid};
@@ -38,12 +38,12 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
 }
 
 /// `#[tokio::test]` or `#[tokio::main]` written above `#[gpu_scope]` expands first, and hands on
-/// a plain `fn` without arguments that opens with `let body = async { <the user's body> };` and
+/// a plain `fn` (its arguments unchanged) that opens with `let body = async { <the user's body> };` and
 /// ends in a block whose last statement is `return <runtime>.block_on(body);`. That future is
 /// the user's `async fn` (a function written so by hand is taken as the same, and scoped the
 /// same way: the future's output is what the function returns).
 fn runtime_future<'a>(sig: &Signature, block: &'a mut Block) -> Option<&'a mut ExprAsync> {
-    if sig.asyncness.is_some() || !sig.inputs.is_empty() || !blocks_on_body(block) {
+    if sig.asyncness.is_some() || !blocks_on_body(block) {
         return None;
     }
     let Some(Stmt::Local(local)) = block.stmts.first_mut() else {
@@ -169,7 +169,8 @@ fn returns(
         local::local(ERROR, span),
     );
     let private = crate::options::private(krate, span);
-    let (shares, collect) = kept_values(args, ret_ty, krate);
+    let asyncness = func.sig.asyncness;
+    let (shares, collect) = kept_values(args, ret_ty, asyncness.is_none(), krate);
 
     // Sync: a guard, and the body run as a closure. Async: a future whose output comes with
     // the end of its scope.
@@ -179,11 +180,21 @@ fn returns(
     } else {
         quote_spanned!(span=> enter)
     };
-    let (enter, run) = if let Some(asyncness) = func.sig.asyncness {
+    let (enter, run) = if let Some(asyncness) = asyncness {
         // Where a note says the function's future awaits: at its `async`, not the attribute.
         let wait = quote_spanned!(asyncness.span=> .await);
         // Shown at the body's brace, as the sync closure is.
-        let block = quote_spanned!(local::at(func.block.brace_token.span.open())=> async #body);
+        let at = local::at(func.block.brace_token.span.open());
+        let block = quote_spanned!(at=> async #body);
+        // The value looked at for the `keep_grad` hint while the scope is still on the thread
+        // (after the future, its autograd mode is given back).
+        let block = match ret_ty {
+            Some(_) => {
+                let hint = kept::hint(&ret, krate);
+                quote_spanned!(at=> async { let #ret = #block.await; #hint #ret })
+            }
+            None => block,
+        };
         (
             quote_spanned!(span=> #private::ScopeFuture::#enter(#opts, #block)),
             quote_spanned!(span=> let (#ret, #exit) = #exit #wait;),
@@ -267,10 +278,12 @@ fn returns(
 }
 
 /// The weak handles taken before the body, and the collection of kept values after it: the
-/// return value, the borrowed arguments, and what the handles still reach.
+/// return value, the borrowed arguments, and what the handles still reach; with `hint`, the
+/// returned value's `keep_grad` hint (an `async fn` gives it inside its future instead).
 fn kept_values(
     args: &Args,
     ret_ty: Option<&Type>,
+    hint: bool,
     krate: Option<&syn::Path>,
 ) -> (Vec<TokenStream>, TokenStream) {
     let span = Span::mixed_site();
@@ -281,7 +294,7 @@ fn kept_values(
         Some(ty) if types::has_impl_trait(ty) => kept.lenient(local::local(RET, span), false),
         Some(ty) => kept.checked(local::local(RET, ty.span()), Some(ty), ty.span()),
     }
-    if ret_ty.is_some() {
+    if ret_ty.is_some() && hint {
         kept.returned(local::local(RET, span));
     }
     for (root, shared) in &args.roots {

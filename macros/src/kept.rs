@@ -57,16 +57,9 @@ impl<'a> Kept<'a> {
     }
 
     /// The scope's own value: an `Err` in it that says a tensor does not require grad gets the
-    /// `keep_grad` hint, as a panic does (autoref specialisation: `HintSource` for a `Result`
-    /// whose error is a `std::error::Error`, with its causes, else `HintErr` where it is
-    /// `Display`, else `HintNone`, which does nothing).
+    /// `keep_grad` hint (see [`hint`]).
     pub(crate) fn returned(&mut self, value: impl ToTokens) {
-        let span = Span::mixed_site();
-        let private = private(self.krate, span);
-        self.checked.push(quote_spanned! {span=> {
-            use #private::{HintErr as _, HintNone as _, HintSource as _};
-            (&&#private::Returned(&#value)).__gpu_scope_hint();
-        }});
+        self.checked.push(hint(value, self.krate));
     }
 
     /// A value that cannot be searched (`what` describes it): the report names it as not
@@ -105,4 +98,17 @@ impl<'a> Kept<'a> {
             #lenient
         }
     }
+}
+
+/// A scope's value, looked at while the scope is still open: an `Err` that says a tensor does
+/// not require grad gets the `keep_grad` hint, as a panic does (autoref specialisation:
+/// `HintSource` for a `Result` whose error is a `std::error::Error`, with its causes, else
+/// `HintErr` where it is `Display`, else `HintNone`, which does nothing).
+pub(crate) fn hint(value: impl ToTokens, krate: Option<&syn::Path>) -> TokenStream {
+    let span = Span::mixed_site();
+    let private = private(krate, span);
+    quote_spanned! {span=> {
+        use #private::{HintErr as _, HintNone as _, HintSource as _};
+        (&&#private::Returned(&#value)).__gpu_scope_hint();
+    }}
 }
