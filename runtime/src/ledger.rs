@@ -17,7 +17,6 @@ use crate::device::DeviceId;
 use crate::report::HeldBy as Held;
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
-use std::cell::Cell;
 use std::collections::hash_map;
 use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicIsize, AtomicU64, AtomicUsize, Ordering};
@@ -228,16 +227,16 @@ static OPEN_FRAMES: [CachePadded<AtomicIsize>; 16] =
 struct CachePadded<T>(T);
 
 thread_local! {
-    /// This thread's number (for its counter slot and frame ids) and its next frame number.
-    static THREAD_IDS: (u64, Cell<u64>) = {
+    /// This thread's number, for its slot in the per-thread counters.
+    static THREAD_IDS: u64 = {
         static NEXT_THREAD: AtomicU64 = AtomicU64::new(0);
-        (NEXT_THREAD.fetch_add(1, Ordering::Relaxed), Cell::new(0))
+        NEXT_THREAD.fetch_add(1, Ordering::Relaxed)
     };
 }
 
 /// This thread's slot in the per-thread counters.
 fn thread_slot() -> usize {
-    THREAD_IDS.try_with(|t| t.0 as usize % 16).unwrap_or(0)
+    THREAD_IDS.try_with(|t| *t as usize % 16).unwrap_or(0)
 }
 
 fn open_frames(delta: isize) {
@@ -300,11 +299,28 @@ fn counted(key: Key, delta: isize) {
 
 #[inline]
 fn remove(key: Key) -> Option<Entry> {
-    let old = shard(key).remove(&key);
+    let mut map = shard(key);
+    let old = map.remove(&key);
     if old.is_some() {
         counted(key, -1);
+        tidy(&mut map);
     }
     old
+}
+
+/// A shard's table that has become mostly empty (after a burst of live blocks) gives back its
+/// memory: gpu-scope's host memory follows the blocks alive now, not the most ever alive.
+#[inline]
+fn tidy(map: &mut FxHashMap<Key, Entry>) {
+    if map.capacity() > 512 && map.len() < map.capacity() / 8 {
+        shrink(map);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn shrink(map: &mut FxHashMap<Key, Entry>) {
+    map.shrink_to(map.len() * 2);
 }
 
 /// Charges a new allocation to the open frames of `chain`, owned by the innermost of them (a

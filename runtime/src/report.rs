@@ -476,6 +476,10 @@ fn copy_list<T: Clone>(last: &mut Vec<T>, list: &[T]) {
 #[inline(never)]
 fn copy_list_slow<T: Clone>(last: &mut Vec<T>, list: &[T]) {
     last.clear();
+    // The buffer of a report with many escapes is not kept for the thread's life.
+    if last.capacity() > 64 && list.len() < last.capacity() / 4 {
+        last.shrink_to(list.len());
+    }
     last.extend_from_slice(list);
 }
 
@@ -884,5 +888,16 @@ mod tests {
             set_last(&r);
             assert_eq!(format!("{:?}", last_report().unwrap()), format!("{r:?}"));
         }
+    }
+
+    /// The thread's copy for `last_report` does not keep the buffer of a report with many
+    /// escapes once shorter reports follow.
+    #[test]
+    fn the_last_reports_buffer_follows_the_report() {
+        let mut last = Vec::new();
+        copy_list_slow(&mut last, &[7u8; 10_000]);
+        copy_list_slow(&mut last, &[1, 2]);
+        assert_eq!(last, [1, 2]);
+        assert!(last.capacity() < 64, "{}", last.capacity());
     }
 }

@@ -1,6 +1,6 @@
 //! Closing a frame: each live entry judged (kept, held or escaped) and handed on to the
 //! enclosing frame, or out of tracking.
-use super::{discharge, index, lock_shard, open_frames, shard, shard_of, untrack_entry};
+use super::{discharge, index, lock_shard, open_frames, shard, shard_of, tidy, untrack_entry};
 use super::{untrack_in_place, Chain, Entry, Frame, Held, Key, Owned, Stats};
 use super::{BLIND, GRAPH, MISSED, PARKED, SHARDS};
 use crate::device::DeviceId;
@@ -337,6 +337,7 @@ impl Closing<'_> {
                     let owned = entry.frame().is_some_and(|f| Arc::ptr_eq(f, self.frame));
                     !(owned && self.settle(key, entry))
                 });
+                tidy(&mut map);
                 continue;
             }
             for (slot, key) in keys.iter().filter(|&(_, key)| shard_of(key) == at) {

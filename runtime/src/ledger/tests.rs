@@ -387,3 +387,34 @@ fn charged_to_finds_every_frame_of_a_chain_in_any_order() {
         close(f, None, &KeepAll);
     }
 }
+
+/// After a burst of live blocks, freed, the shards' tables give their memory back (host
+/// memory in step with the blocks alive now, not the most ever alive).
+#[test]
+fn the_ledger_gives_memory_back_after_a_burst() {
+    let _one = one_large();
+    let capacity = || -> usize { (0..SHARDS).map(|at| lock_shard(at).capacity()).sum() };
+    let (base, n) = (0x5800_0000_0000, 100_000);
+    let frame = large_frame(base, n);
+    let grown = capacity();
+    assert!(grown >= n, "{grown}");
+    for i in 0..n {
+        assert!(record_free(big(base, i)).is_none());
+    }
+    let shrunk = capacity();
+    assert!(shrunk <= SHARDS * 512, "{grown} -> {shrunk}");
+    close(&frame, None, &KeepAll);
+}
+
+/// Frame ids are unique across threads, each taking them from the process-wide counter in
+/// blocks (here more than one block each), and never 0.
+#[test]
+fn frame_ids_are_unique_across_threads() {
+    let threads: Vec<_> = (0..3)
+        .map(|_| std::thread::spawn(|| (0..70_000).map(|_| frame::next_frame_id()).collect()))
+        .collect();
+    let ids: Vec<Vec<u64>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let all: FxHashSet<u64> = ids.iter().flatten().copied().collect();
+    assert_eq!(all.len(), 3 * 70_000);
+    assert!(!all.contains(&0));
+}
