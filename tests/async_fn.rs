@@ -732,3 +732,45 @@ fn async_fn_in_traits() {
         "{stashed:?}"
     );
 }
+
+static PANICKED_KEPT: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
+
+#[gpu_scope(on_escape = error)]
+async fn panics_on_its_second_poll() -> Result<(), Error> {
+    let t = Tensor::ones([3], (Kind::Float, Device::Cpu));
+    tokio::task::yield_now().await;
+    PANICKED_KEPT.lock().unwrap().push(t);
+    panic!("the step failed");
+}
+
+/// A panicked task, dropped by its executor after it caught the panic, in no scope: its scope
+/// ends unchecked, as a panic ends one, and is not called a cancelled future (no warning of
+/// one on top of the panic).
+#[test]
+fn a_task_that_panicked_is_not_cancelled() {
+    let rt = tokio::runtime::Builder::new_current_thread().build();
+    let joined = rt
+        .unwrap()
+        .block_on(async { tokio::spawn(panics_on_its_second_poll()).await });
+    assert!(joined.unwrap_err().is_panic());
+    let report = gpu_scope::last_report().expect("a report");
+    assert!(!report.cancelled, "{report}");
+    assert!(!report.checked, "{report}");
+    PANICKED_KEPT.lock().unwrap().clear();
+}
+
+/// The same with the panic unwinding through the poll (a plain `block_on` in a
+/// `catch_unwind`): the scope ends unchecked where the unwinding drops it.
+#[test]
+fn a_future_dropped_by_its_panic_is_not_cancelled() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rt.block_on(panics_on_its_second_poll())
+    }));
+    assert!(caught.is_err());
+    let report = gpu_scope::last_report().expect("a report");
+    assert!(!report.cancelled && !report.checked, "{report}");
+    PANICKED_KEPT.lock().unwrap().clear();
+}

@@ -71,7 +71,10 @@ struct Polling<'a>(&'a mut OpenScope);
 
 impl Drop for Polling<'_> {
     fn drop(&mut self) {
-        self.0.suspend();
+        match std::thread::panicking() {
+            true => self.0.suspend_panicked(),
+            false => self.0.suspend(),
+        }
     }
 }
 

@@ -63,6 +63,9 @@ pub(crate) struct OpenScope {
     closed: bool,
     /// Checked where it was dropped unfinished (a cancelled future no scope takes in).
     cancelled: bool,
+    /// A poll of its future panicked: dropped afterwards, it ends as a scope a panic ends,
+    /// not as a cancelled future.
+    panicked: bool,
 }
 
 impl OpenScope {
@@ -94,6 +97,7 @@ impl OpenScope {
             made_in: None,
             closed: false,
             cancelled: false,
+            panicked: false,
         };
         if let Err(error) = scope.place(true) {
             // Never opened for the user: no report, no exit event.
@@ -124,6 +128,14 @@ impl OpenScope {
         }
         self.placed = Some(Placed { token });
         Ok(())
+    }
+
+    /// Takes the scope off its thread after a poll that panicked: dropped later, unfinished, it
+    /// is not taken for a cancelled future (an executor drops a panicked task after catching
+    /// the panic).
+    pub(crate) fn suspend_panicked(&mut self) {
+        self.panicked = true;
+        self.suspend();
     }
 
     /// Takes the scope off its thread without ending it (an async scope between polls).
@@ -594,7 +606,7 @@ impl OpenScope {
             // thread-local): its frame ends, into where it was last polled, with nothing that
             // calls into libtorch, whose own thread state may be gone.
             ledger::close(&self.frame, self.polled_in.as_ref(), &KeepAll);
-        } else if self.judged_by_nobody() {
+        } else if self.judged_by_nobody() && !self.panicked && !std::thread::panicking() {
             // A cancelled future that no open scope takes in: checked here, with nothing
             // handed back. A drop cannot return an error: `error` warns.
             self.cancelled = true;
