@@ -164,6 +164,28 @@ fn tokio_main_above_the_attribute_with_arguments() {
     assert_eq!(report.allocations, 1, "only the body's sum: {report}");
 }
 
+/// Arguments the attribute rewrites (a destructured one, an `Option<&mut _>`) keep working
+/// under tokio's attribute written above it.
+#[test]
+fn tokio_main_above_the_attribute_with_argument_patterns() {
+    struct Wrap(Tensor);
+    #[tokio::main(flavor = "current_thread")]
+    #[gpu_scope(on_escape = panic)]
+    async fn patterns(Wrap(t): Wrap, o: Option<&mut Vec<Tensor>>) -> Tensor {
+        tokio::task::yield_now().await;
+        if let Some(o) = o {
+            o.push(t.ones_like());
+        }
+        t * 2
+    }
+    let mut cache = Vec::new();
+    let x = Tensor::ones([4], (Kind::Float, Device::Cpu));
+    let out = patterns(Wrap(x), Some(&mut cache));
+    assert_eq!((out.size(), cache.len()), (vec![4], 1));
+    let report = gpu_scope::last_report().expect("a report");
+    assert!(report.escaped.is_empty(), "{report}");
+}
+
 /// A function that opens the same way by hand (`let body = async {..};`) but does something
 /// else with the future's value is not tokio's: it is scoped whole, as written.
 #[test]

@@ -438,6 +438,14 @@ impl std::error::Error for Wrapped {
     }
 }
 
+/// Its causes are read where the function's return type is written without lifetimes or
+/// parameters (a `scope!` block's type is not written: there only its `Display` is).
+#[gpu_scope::gpu_scope(name = "returns-wrapped")]
+fn backward_returning_wrapped(model: &nn::Linear) -> Result<(), Wrapped> {
+    let y = model.forward(&Tensor::ones([1, 4], (Kind::Float, Device::Cpu))) * 2;
+    y.f_backward().map_err(Wrapped)
+}
+
 /// The error passed up through an enclosing scope, with context: the hint is printed once.
 #[gpu_scope::gpu_scope(name = "epoch")]
 fn epoch_returning_err(model: &nn::Linear) -> Result<(), WithContext> {
@@ -460,11 +468,7 @@ fn a_returned_autograd_error_names_keep_grad() {
         });
         assert!(r.is_err());
         eprintln!("-- source --");
-        let r: Result<(), Wrapped> = gpu_scope::scope!({
-            let y = model.forward(&Tensor::ones([1, 4], (Kind::Float, Device::Cpu))) * 2;
-            y.f_backward().map_err(Wrapped)
-        });
-        assert!(r.is_err());
+        assert!(backward_returning_wrapped(&model).is_err());
         eprintln!("-- async --");
         let rt = tokio::runtime::Builder::new_current_thread().build();
         assert!(rt

@@ -33,7 +33,11 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
         },
     };
     valid::validate_fn(&written)?;
-    future.block = *rewrite(written).block;
+    // The arguments as the rewritten body expects them (renamed or made `mut`): tokio hands
+    // them to the future unchanged.
+    let rewritten = rewrite(written);
+    scoped.func.sig.inputs = rewritten.sig.inputs;
+    future.block = *rewritten.block;
     Ok(scoped.func.into_token_stream())
 }
 
@@ -170,7 +174,9 @@ fn returns(
     );
     let private = crate::options::private(krate, span);
     let asyncness = func.sig.asyncness;
-    let (shares, collect) = kept_values(args, ret_ty, asyncness.is_none(), krate);
+    let causes = ret_ty.is_some_and(|ty| types::is_concrete(ty, &func.sig.generics));
+    let hint_here = asyncness.is_none().then_some(causes);
+    let (shares, collect) = kept_values(args, ret_ty, hint_here, krate);
 
     // Sync: a guard, and the body run as a closure. Async: a future whose output comes with
     // the end of its scope.
@@ -190,7 +196,7 @@ fn returns(
         // (after the future, its autograd mode is given back).
         let block = match ret_ty {
             Some(_) => {
-                let hint = kept::hint(&ret, krate);
+                let hint = kept::hint(&ret, causes, krate);
                 quote_spanned!(at=> async { let #ret = #block.await; #hint #ret })
             }
             None => block,
@@ -279,11 +285,12 @@ fn returns(
 
 /// The weak handles taken before the body, and the collection of kept values after it: the
 /// return value, the borrowed arguments, and what the handles still reach; with `hint`, the
-/// returned value's `keep_grad` hint (an `async fn` gives it inside its future instead).
+/// returned value's `keep_grad` hint, with its causes or not (an `async fn` gives it inside
+/// its future instead).
 fn kept_values(
     args: &Args,
     ret_ty: Option<&Type>,
-    hint: bool,
+    hint: Option<bool>,
     krate: Option<&syn::Path>,
 ) -> (Vec<TokenStream>, TokenStream) {
     let span = Span::mixed_site();
@@ -294,8 +301,8 @@ fn kept_values(
         Some(ty) if types::has_impl_trait(ty) => kept.lenient(local::local(RET, span), false),
         Some(ty) => kept.checked(local::local(RET, ty.span()), Some(ty), ty.span()),
     }
-    if ret_ty.is_some() && hint {
-        kept.returned(local::local(RET, span));
+    if let (Some(_), Some(causes)) = (ret_ty, hint) {
+        kept.returned(local::local(RET, span), causes);
     }
     for (root, shared) in &args.roots {
         kept.lenient(root, *shared);

@@ -66,14 +66,18 @@ impl<F: Future> ScopeFuture<F> {
     }
 }
 
-/// Takes the scope off the polling thread again, even if the poll panics.
-struct Polling<'a>(&'a mut OpenScope);
+/// Takes the scope off the polling thread again, even if the poll panics (then `returned` is
+/// still false).
+struct Polling<'a> {
+    scope: &'a mut OpenScope,
+    returned: bool,
+}
 
 impl Drop for Polling<'_> {
     fn drop(&mut self) {
-        match std::thread::panicking() {
-            true => self.0.suspend_panicked(),
-            false => self.0.suspend(),
+        match self.returned {
+            true => self.scope.suspend(),
+            false => self.scope.suspend_panicked(),
         }
     }
 }
@@ -83,11 +87,17 @@ impl<F: Future> Future for ScopeFuture<F> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        let polling = match this.scope.as_mut() {
-            Some(scope) => scope.resume().is_ok().then_some(Polling(scope)),
+        let mut polling = match this.scope.as_mut() {
+            Some(scope) => scope.resume().is_ok().then_some(Polling {
+                scope,
+                returned: false,
+            }),
             None => None,
         };
         let poll = this.inner.as_mut().poll(cx);
+        if let Some(polling) = &mut polling {
+            polling.returned = true;
+        }
         drop(polling);
         poll.map(|value| {
             (
