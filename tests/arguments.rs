@@ -633,6 +633,10 @@ fn variables_made_through_a_path_are_not_called_escaped() {
     let err = add_head(&vs.root(), Some(&vs), true).unwrap_err();
     assert_eq!(err.report().unwrap().escaped.len(), 1, "{err}");
     SINK.lock().unwrap().clear();
+    // Another store kept (a backbone's) does not hold what the path builds in its own.
+    let backbone = nn::VarStore::new(Device::Cpu);
+    add_head(&vs.root(), Some(&backbone), false).unwrap();
+    assert_layer_not_inspected(&last_report().unwrap());
 }
 
 /// Filled through a cell inside the scope, a module may be the scope's own: not inspected

@@ -37,6 +37,10 @@ pub struct StorageSet {
     /// a scope that made that storage, and so built the value.
     pub(crate) private_beside: Vec<(&'static str, Key)>,
     pub(crate) var_store: bool,
+    /// The addresses of the kept `VarStore`s: a kept `nn::Path` into one of them is covered.
+    var_stores: Vec<usize>,
+    /// The kept `nn::Path`s, as the words they are made of (one is their `VarStore`'s address).
+    paths: Vec<[usize; PATH_WORDS]>,
     /// Visiting a value made before the scope (a shared borrow of a scoped function): its
     /// private modules hold nothing the scope made.
     made_before: bool,
@@ -291,12 +295,21 @@ impl StorageSet {
         if self.uninspected.is_empty()
             && self.private_modules.is_empty()
             && self.private_beside.is_empty()
+            && self.paths.is_empty()
         {
             return Vec::new();
         }
         let mut names = self.uninspected.clone();
         if !self.var_store {
             names.extend(&self.private_modules);
+        }
+        // A path into a store that is not kept (the caller's second store, beside a kept one).
+        let covered = |words: &[usize; PATH_WORDS]| {
+            words.iter().any(|w| self.var_stores.contains(w))
+                || (self.var_store && self.var_stores.is_empty())
+        };
+        if self.paths.iter().any(|p| !covered(p)) && !names.contains(&PATH) {
+            names.push(PATH);
         }
         names.extend(
             self.private_beside
@@ -346,6 +359,36 @@ impl StorageSet {
             self.private_modules.push(name);
         }
     }
+
+    /// A kept `nn::Path`: covered only where its own `VarStore` is kept too.
+    fn add_path(&mut self, path: &tch::nn::Path<'_>) {
+        match path_words(path) {
+            Some(words) if !self.made_before => {
+                if !self.paths.contains(&words) {
+                    self.paths.push(words);
+                }
+            }
+            Some(_) => {}
+            None => self.add_private_module(PATH),
+        }
+    }
+}
+
+const PATH: &str = "tch::nn::Path";
+
+/// Words in a `tch::nn::Path`: its `Vec` of names, its group, its `VarStore` reference.
+const PATH_WORDS: usize = 5;
+
+/// The words a `nn::Path` is made of, one of them the address of its `VarStore` (a private
+/// field of tch's, with no accessor): `None` where its size is not that of the known fields,
+/// and it is then taken as covered by any kept `VarStore`.
+fn path_words(path: &tch::nn::Path<'_>) -> Option<[usize; PATH_WORDS]> {
+    if size_of::<tch::nn::Path<'_>>() != PATH_WORDS * size_of::<usize>() {
+        return None;
+    }
+    // SAFETY: the value is as large as five words and is made of word-sized fields (a `Vec`,
+    // a `usize`, a reference), all initialised, with no padding; read as plain words.
+    Some(unsafe { std::ptr::read_unaligned(path as *const _ as *const [usize; PATH_WORDS]) })
 }
 
 /// A value that may own tensors: a scope keeps the device memory of what it hands back
@@ -408,6 +451,7 @@ impl Tensors for tch::nn::VarStore {
     fn visit(&self, set: &mut StorageSet) {
         // As a kept `Mutex` is: waited for a while if held (by another thread, or by an
         // `nn::Entry` of this one, which would never let go), then named as not inspected.
+        set.var_stores.push(self as *const Self as usize);
         visit_locked(self, set, || try_lock(&self.variables_))
     }
 }
@@ -486,7 +530,7 @@ private_module!(
 /// too (its store grows through it).
 impl Tensors for tch::nn::Path<'_> {
     fn visit(&self, set: &mut StorageSet) {
-        set.made_before(false, |set| set.add_private_module("tch::nn::Path"));
+        set.made_before(false, |set| set.add_path(self));
     }
 }
 
