@@ -56,7 +56,7 @@ fn rewrite(ScopedBlock { options, block }: ScopedBlock) -> TokenStream {
     let diverges = valid::ends_in_panic(&block);
     if !diverges {
         keep.checked(local::local(VALUE, value_at), None, value_at);
-        keep.returned(local::local(VALUE, Span::mixed_site()), false);
+        keep.returned(local::local(VALUE, Span::mixed_site()));
     }
     let mut touch = TokenStream::new();
     for entry in options.keep.iter().flat_map(|k| &k.value) {

@@ -174,9 +174,7 @@ fn returns(
     );
     let private = crate::options::private(krate, span);
     let asyncness = func.sig.asyncness;
-    let causes = ret_ty.is_some_and(|ty| types::is_concrete(ty, &func.sig.generics));
-    let hint_here = asyncness.is_none().then_some(causes);
-    let (shares, collect) = kept_values(args, ret_ty, hint_here, krate);
+    let (shares, collect) = kept_values(args, ret_ty, asyncness.is_none(), krate);
 
     // Sync: a guard, and the body run as a closure. Async: a future whose output comes with
     // the end of its scope.
@@ -196,7 +194,7 @@ fn returns(
         // (after the future, its autograd mode is given back).
         let block = match ret_ty {
             Some(_) => {
-                let hint = kept::hint(&ret, causes, krate);
+                let hint = kept::hint(&ret, krate);
                 quote_spanned!(at=> async { let #ret = #block.await; #hint #ret })
             }
             None => block,
@@ -285,12 +283,11 @@ fn returns(
 
 /// The weak handles taken before the body, and the collection of kept values after it: the
 /// return value, the borrowed arguments, and what the handles still reach; with `hint`, the
-/// returned value's `keep_grad` hint, with its causes or not (an `async fn` gives it inside
-/// its future instead).
+/// returned value's `keep_grad` hint (an `async fn` gives it inside its future instead).
 fn kept_values(
     args: &Args,
     ret_ty: Option<&Type>,
-    hint: Option<bool>,
+    hint: bool,
     krate: Option<&syn::Path>,
 ) -> (Vec<TokenStream>, TokenStream) {
     let span = Span::mixed_site();
@@ -301,8 +298,8 @@ fn kept_values(
         Some(ty) if types::has_impl_trait(ty) => kept.lenient(local::local(RET, span), false),
         Some(ty) => kept.checked(local::local(RET, ty.span()), Some(ty), ty.span()),
     }
-    if let (Some(_), Some(causes)) = (ret_ty, hint) {
-        kept.returned(local::local(RET, span), causes);
+    if ret_ty.is_some() && hint {
+        kept.returned(local::local(RET, span));
     }
     for (root, shared) in &args.roots {
         kept.lenient(root, *shared);

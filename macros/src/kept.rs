@@ -58,8 +58,8 @@ impl<'a> Kept<'a> {
 
     /// The scope's own value: an `Err` in it that says a tensor does not require grad gets the
     /// `keep_grad` hint (see [`hint`]).
-    pub(crate) fn returned(&mut self, value: impl ToTokens, causes: bool) {
-        self.checked.push(hint(value, causes, self.krate));
+    pub(crate) fn returned(&mut self, value: impl ToTokens) {
+        self.checked.push(hint(value, self.krate));
     }
 
     /// A value that cannot be searched (`what` describes it): the report names it as not
@@ -103,22 +103,13 @@ impl<'a> Kept<'a> {
 /// A scope's value, looked at while the scope is still open: an `Err` that says a tensor does
 /// not require grad gets the `keep_grad` hint, as a panic does (autoref specialisation:
 /// `HintErr` for a `Result` whose error is `Display`, else `HintNone`, which does nothing).
-/// With `causes` (a type written without lifetimes or parameters, see `types::is_concrete`),
-/// `HintSource` comes first, for a `std::error::Error`, whose causes are read too: chosen
-/// where rustc cannot yet tell the lifetimes, it would fail to compile for an error type whose
-/// `Error` impl asks for `'static` (`impl<E: Error + 'static> Error for Wrap<E>`).
-pub(crate) fn hint(value: impl ToTokens, causes: bool, krate: Option<&syn::Path>) -> TokenStream {
+/// (Reading a `std::error::Error`'s causes would need a third impl, chosen before rustc knows
+/// the lifetimes: an `Error` impl that asks for `'static` then fails to compile.)
+pub(crate) fn hint(value: impl ToTokens, krate: Option<&syn::Path>) -> TokenStream {
     let span = Span::mixed_site();
     let private = private(krate, span);
-    if causes {
-        quote_spanned! {span=> {
-            use #private::{HintErr as _, HintNone as _, HintSource as _};
-            (&&#private::Returned(&#value)).__gpu_scope_hint();
-        }}
-    } else {
-        quote_spanned! {span=> {
-            use #private::{HintErr as _, HintNone as _};
-            (&&&#private::Returned(&#value)).__gpu_scope_hint();
-        }}
-    }
+    quote_spanned! {span=> {
+        use #private::{HintErr as _, HintNone as _};
+        (&#private::Returned(&#value)).__gpu_scope_hint();
+    }}
 }

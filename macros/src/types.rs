@@ -329,24 +329,6 @@ pub(crate) fn shown(tokens: &dyn quote::ToTokens) -> String {
     text
 }
 
-/// A type that names no lifetime, reference, `impl`/`dyn` trait, `Self` or type parameter of
-/// `generics`: one whose trait impls rustc can pick without any lifetime left open (an
-/// `Error` impl that asks for `'static` holds for it).
-pub(crate) fn is_concrete(ty: &Type, generics: &syn::Generics) -> bool {
-    fn concrete(tokens: proc_macro2::TokenStream, params: &[&syn::Ident]) -> bool {
-        tokens.into_iter().all(|tt| match tt {
-            proc_macro2::TokenTree::Group(g) => concrete(g.stream(), params),
-            proc_macro2::TokenTree::Punct(p) => p.as_char() != '&' && p.as_char() != '\'',
-            proc_macro2::TokenTree::Ident(i) => {
-                !(i == "impl" || i == "dyn" || i == "Self" || params.iter().any(|p| i == **p))
-            }
-            proc_macro2::TokenTree::Literal(_) => true,
-        })
-    }
-    let params: Vec<&syn::Ident> = generics.type_params().map(|p| &p.ident).collect();
-    concrete(quote::ToTokens::to_token_stream(ty), &params)
-}
-
 #[cfg(test)]
 mod tests {
     use super::may_borrow;

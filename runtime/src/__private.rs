@@ -131,32 +131,16 @@ impl<T: ?Sized> ViaOpaque for &Root<'_, T> {
 }
 
 /// A scope's value, wrapped for autoref specialisation: an `Err` whose error can be shown gets
-/// the `keep_grad` hint where it says a tensor does not require grad (as a panic does). Called
-/// as `(&&Returned(&value)).__gpu_scope_hint()`: the first of the three impls that applies, in
-/// the order below, is the one called.
+/// the `keep_grad` hint where it says a tensor does not require grad (as a panic does).
 #[allow(missing_debug_implementations)]
 pub struct Returned<'a, T: ?Sized>(pub &'a T);
 
-/// Chosen first, for a `Result` whose error is a `std::error::Error`: its causes
-/// (`source()`) are read too, as where thiserror's `#[from]` wraps tch's error.
-pub trait HintSource {
-    fn __gpu_scope_hint(&self);
-}
-
-impl<T, E: std::error::Error> HintSource for &Returned<'_, Result<T, E>> {
-    fn __gpu_scope_hint(&self) {
-        if let Err(e) = self.0 {
-            crate::grad::returned_error(&Causes(e))
-        }
-    }
-}
-
-/// Then for a `Result` whose error implements `Display` (anyhow's, a `String`).
+/// Chosen for a `Result` whose error implements `Display`.
 pub trait HintErr {
     fn __gpu_scope_hint(&self);
 }
 
-impl<T, E: std::fmt::Display> HintErr for &&Returned<'_, Result<T, E>> {
+impl<T, E: std::fmt::Display> HintErr for Returned<'_, Result<T, E>> {
     fn __gpu_scope_hint(&self) {
         if let Err(e) = self.0 {
             crate::grad::returned_error(e)
@@ -169,23 +153,8 @@ pub trait HintNone {
     fn __gpu_scope_hint(&self);
 }
 
-impl<T: ?Sized> HintNone for Returned<'_, T> {
+impl<T: ?Sized> HintNone for &Returned<'_, T> {
     fn __gpu_scope_hint(&self) {}
-}
-
-/// An error and its causes, each after a `: `.
-struct Causes<'a>(&'a dyn std::error::Error);
-
-impl std::fmt::Display for Causes<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:#}", self.0)?;
-        let mut cause = self.0.source();
-        while let Some(c) = cause {
-            write!(f, ": {c}")?;
-            cause = c.source();
-        }
-        Ok(())
-    }
 }
 
 /// What `max_peak = <expr>` takes: an integer number of bytes, of any integer type. One too

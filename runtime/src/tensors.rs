@@ -363,11 +363,7 @@ impl StorageSet {
     /// A kept `nn::Path`: covered only where its own `VarStore` is kept too.
     fn add_path(&mut self, path: &tch::nn::Path<'_>) {
         match path_words(path) {
-            Some(words) if !self.made_before => {
-                if !self.paths.contains(&words) {
-                    self.paths.push(words);
-                }
-            }
+            Some(words) if !self.paths.contains(&words) => self.paths.push(words),
             Some(_) => {}
             None => self.add_private_module(PATH),
         }

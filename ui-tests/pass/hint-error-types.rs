@@ -1,6 +1,6 @@
 // The `keep_grad` hint looks at any returned `Err`, and compiles whatever the error type: one
-// whose `Error` impl asks for `'static` in a generic function or a block, one with a lifetime,
-// a boxed one, a `Display`-only one.
+// whose `Error` impl asks for `'static` in a generic function, a method of a generic impl or a
+// block, one with a lifetime (written or elided), a boxed one.
 use std::error::Error;
 use std::fmt;
 
@@ -50,6 +50,21 @@ async fn borrowed_async<'a>(s: &'a str) -> Result<(), Borrowed<'a>> {
 }
 
 #[gpu_scope::gpu_scope]
+#[allow(unknown_lints, mismatched_lifetime_syntaxes)]
+fn elided(s: &str) -> Result<(), Borrowed> {
+    Err(Borrowed(s))
+}
+
+struct Holder<E>(std::marker::PhantomData<E>);
+
+impl<E: Error> Holder<E> {
+    #[gpu_scope::gpu_scope]
+    fn wrap(&self, e: E) -> Result<(), Wrapper<E>> {
+        Err(Wrapper(e))
+    }
+}
+
+#[gpu_scope::gpu_scope]
 fn boxed() -> Result<(), Box<dyn Error + Send + Sync>> {
     Err("boxed".into())
 }
@@ -65,6 +80,8 @@ fn main() {
     let _ = generic_block(io());
     let _ = borrowed(&String::from("x"));
     drop(borrowed_async("x"));
+    let _ = elided("x");
+    let _ = Holder(std::marker::PhantomData).wrap(io());
     let _ = boxed();
     let _ = concrete();
 }
