@@ -42,10 +42,10 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
 }
 
 /// `#[tokio::test]` or `#[tokio::main]` written above `#[gpu_scope]` expands first, and hands on
-/// a plain `fn` (its arguments unchanged) that opens with `let body = async { <the user's body> };` and
-/// ends in a block whose last statement is `return <runtime>.block_on(body);`. That future is
-/// the user's `async fn` (a function written so by hand is taken as the same, and scoped the
-/// same way: the future's output is what the function returns).
+/// a plain `fn` (its arguments unchanged) that opens with `let body = async { <the user's
+/// body> };` and ends in a block whose last statement is `return <runtime>.block_on(body);`.
+/// That future is the user's `async fn` (a function written so by hand is taken as the same,
+/// and scoped the same way: the future's output is what the function returns).
 fn runtime_future<'a>(sig: &Signature, block: &'a mut Block) -> Option<&'a mut ExprAsync> {
     if sig.asyncness.is_some() || !blocks_on_body(block) {
         return None;
