@@ -11,7 +11,8 @@ use std::task::{Context, Poll};
 /// Runs a future inside a scope. Its output comes with a [`Finish`] that checks the scope;
 /// dropped before that (cancelled), the scope ends without a check into the scopes its last
 /// poll ran in, or, when none of them is open, is checked with nothing handed back (the
-/// policy `error` warning).
+/// policy `error` warning). Dropped after a poll that panicked, or while a panic unwinds, it
+/// is not cancelled: its scope ends unchecked, as at a panic.
 #[must_use = "futures do nothing unless polled"]
 #[derive(Debug)]
 pub struct ScopeFuture<F> {

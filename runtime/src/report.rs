@@ -245,7 +245,7 @@ pub struct ScopeReport {
     pub backward: bool,
     /// An async scope whose future was dropped before it finished (cancelled), checked where
     /// it was dropped, with nothing handed back: no scope it ran in was still open to judge
-    /// what it left.
+    /// what it left (not one dropped after a poll panicked, or while a panic unwinds).
     pub cancelled: bool,
     /// Time since the process's first scope (entered, or refused on entry) when this one
     /// started (in JSON: microseconds).
