@@ -2,7 +2,7 @@
 //! and owned `Arc`/`Rc` handles whose contents the caller still holds; not what an owned
 //! argument takes with it, and never a real leak next to them.
 mod common;
-use common::floats;
+use common::{escaped, floats};
 use gpu_scope::{
     gpu_scope, last_report, Error, EscapePolicy, HeldBy, Scope, ScopeOptions, ScopeReport, Tensors,
 };
@@ -776,6 +776,46 @@ fn an_owned_tensor_the_caller_shares_is_kept() {
     kept_nothing(grow(floats(4), 64));
     kept_nothing(grow_optional(Some(floats(4)), 64));
     kept_nothing(grow_optional(None, 64));
+}
+
+static STASH: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
+
+/// Gives the argument new storage of `n` floats and stashes it; grows `alias`'s storage (the
+/// argument's at the call) to `grow` floats first when asked.
+#[gpu_scope(on_escape = error)]
+fn replace_and_stash(mut x: Tensor, n: i64, grow: Option<i64>) -> Result<(), Error> {
+    let mut alias = x.detach();
+    x.set_data(&Tensor::zeros([n], (Kind::Float, x.device())));
+    STASH.lock().unwrap().push(x);
+    if let Some(grow) = grow {
+        let _ = alias.resize_([grow]);
+    }
+    Ok(())
+}
+
+/// A caller holding a view or a `detach()` of an owned argument shares its storage, not the
+/// argument's tensor object: storage the body then sets the argument to and stashes escaped
+/// (it was called kept while the stash held the argument alive), and the shared storage the
+/// body grows is the caller's, kept (it was called escaped).
+#[test]
+fn a_caller_holding_a_view_shares_the_storage_not_the_argument() {
+    let base = floats(4);
+    let stashed = |report: ScopeReport| {
+        let stash = std::mem::take(&mut *STASH.lock().unwrap());
+        assert_ne!(stash[0].data_ptr(), base.data_ptr(), "{report}");
+        (report.kept, report.escaped_bytes)
+    };
+    for arg in [base.view([2, 2]), base.detach(), base.narrow(0, 0, 2)] {
+        let report = escaped(replace_and_stash(arg, 64, None));
+        assert_eq!(stashed(report), (0, 256));
+    }
+    let report = escaped(replace_and_stash(base.view([2, 2]), 16, Some(1000)));
+    assert_eq!(base.size(), [4], "its own sizes; the storage grew");
+    assert_eq!(stashed(report), (4000, 64));
+    // The tensor itself shared (a shallow clone): what it holds at the end is the caller's.
+    let report = kept(replace_and_stash(base.shallow_clone(), 32, None));
+    assert_eq!((report.kept, base.size()), (128, vec![32]));
+    STASH.lock().unwrap().clear();
 }
 
 /// Pushes a tensor into a cache it is given by value.

@@ -678,10 +678,17 @@ int gs_tensor_weak(const void* tensor, void** weak) noexcept {
     const auto& t = *static_cast<const at::Tensor*>(tensor);
     *weak = nullptr;
     if (!t.defined()) return;
+    // Each only where the caller shares it: the tensor object (a shallow clone), the storage
+    // (a view, a detach()). A caller holding a view does not hold the argument's object,
+    // which the body may give new storage and stash.
+    const bool tensor_shared = t.use_count() > 1;
     const bool storage_shared = t.has_storage() && t.storage().use_count() > 1;
-    if (t.use_count() > 1 || storage_shared) {
+    if (tensor_shared || storage_shared) {
       *weak = new WeakTensor{
-          c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(t.getIntrusivePtr()),
+          tensor_shared ? c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(
+                              t.getIntrusivePtr())
+                        : c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(
+                              c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>()),
           storage_shared ? c10::weak_intrusive_ptr<c10::StorageImpl>(
                                t.storage().getWeakStorageImpl())
                          : c10::weak_intrusive_ptr<c10::StorageImpl>(
@@ -690,19 +697,20 @@ int gs_tensor_weak(const void* tensor, void** weak) noexcept {
   });
 }
 
-int gs_tensor_weak_lock(void* weak, void** tensor) noexcept {
+int gs_tensor_weak_lock(void* weak, void** tensor, void** storage_tensor) noexcept {
   return protect([&] {
     auto* w = static_cast<WeakTensor*>(weak);
-    *tensor = nullptr;
+    *tensor = *storage_tensor = nullptr;
     if (auto impl = w->tensor.lock()) {
       *tensor = new at::Tensor(std::move(impl));
-    } else if (auto storage = w->storage.lock()) {
-      // The argument is gone, its storage is not: a plain byte tensor over it (no data of its
-      // own; not the argument's keys, which may say quantized or nested, kinds of tensor
-      // object this is not).
+    }
+    if (auto storage = w->storage.lock()) {
+      // The storage the caller shares, whatever the argument holds now: a plain byte tensor
+      // over it (no data of its own; not the argument's keys, which may say quantized or
+      // nested, kinds of tensor object this is not).
       const auto device = storage->device();
       const auto key = c10::computeDispatchKey(at::kByte, at::kStrided, device);
-      *tensor = new at::Tensor(at::detail::make_tensor<c10::TensorImpl>(
+      *storage_tensor = new at::Tensor(at::detail::make_tensor<c10::TensorImpl>(
           c10::Storage(std::move(storage)), c10::DispatchKeySet(key),
           caffe2::TypeMeta::Make<uint8_t>()));
     }

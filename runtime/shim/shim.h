@@ -81,12 +81,13 @@ int gs_tensor_graph(const void* tensor, uint64_t* thread, uint64_t* node) GS_NOE
 // their gradients'; at most `cap` in `out`, their number in *n; flags[i] for tensors[i].
 int gs_tensor_storages(const void* const* tensors, size_t count, gs_storage* out, size_t cap,
                        size_t* n, int* flags) GS_NOEXCEPT;
-// A weak reference to the tensor in *weak when another tensor shares it (a shallow clone the
-// caller kept) or its storage (a view, a detach()), else null; gs_tensor_weak_lock gives the
-// tensor back while someone still holds it, else a byte tensor over its storage while that
-// lives (a new at::Tensor in *tensor, for tch to own), else null.
+// Weak references in *weak to what another tensor shares with this one: the tensor object (a
+// shallow clone the caller kept), its storage at the call (a view, a detach()), or both; null
+// when neither is shared. gs_tensor_weak_lock gives back the tensor while someone still holds
+// it, and a byte tensor over the shared storage while that lives (new at::Tensors in *tensor
+// and *storage_tensor, for tch to own; null where gone or not shared).
 int gs_tensor_weak(const void* tensor, void** weak) GS_NOEXCEPT;
-int gs_tensor_weak_lock(void* weak, void** tensor) GS_NOEXCEPT;
+int gs_tensor_weak_lock(void* weak, void** tensor, void** storage_tensor) GS_NOEXCEPT;
 void gs_tensor_weak_free(void* weak) GS_NOEXCEPT;
 int gs_accelerator(int* dev_type, int* count) GS_NOEXCEPT;
 int gs_accelerator_initialized(int* initialized) GS_NOEXCEPT;

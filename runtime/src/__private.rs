@@ -271,9 +271,10 @@ impl<T: Tensors + ?Sized> Tensors for SharedBorrow<'_, T> {
 
 /// What an owned `Tensor` argument still shares with the caller when the scope ends: a
 /// `shallow_clone` shares the tensor itself, a view or a `detach()` its storage, so what the
-/// body grew it into (`resize_`, an `out=` operator) is the caller's. A weak reference, taken
-/// only when another tensor shared it (or its storage) at entry, so that the argument still
-/// dies in the body.
+/// body grew it into (`resize_`, an `out=` operator) is the caller's. Weak references, each
+/// taken only when another tensor shared it at entry (the tensor object, the storage), so that
+/// the argument still dies in the body; a caller holding a view holds only the storage, not
+/// what the body later sets the argument to (`set_data`) and stashes.
 #[allow(missing_debug_implementations)]
 pub struct SharedTensor(*mut std::ffi::c_void);
 
@@ -299,13 +300,16 @@ impl Tensors for SharedTensor {
         if self.0.is_null() {
             return;
         }
-        let mut tensor = std::ptr::null_mut();
-        // SAFETY: a weak reference from `gs_tensor_weak`, not yet freed; a plain out-pointer.
-        let status = unsafe { crate::ffi::gs_tensor_weak_lock(self.0, &mut tensor) };
-        if crate::ffi::check(status).is_ok() && !tensor.is_null() {
-            // SAFETY: a new `at::Tensor` for tch to own and free.
-            let t = unsafe { tch::Tensor::from_ptr(tensor.cast()) };
-            set.add_tensor(&t);
+        let (mut tensor, mut storage) = (std::ptr::null_mut(), std::ptr::null_mut());
+        // SAFETY: a weak reference from `gs_tensor_weak`, not yet freed; plain out-pointers.
+        let status = unsafe { crate::ffi::gs_tensor_weak_lock(self.0, &mut tensor, &mut storage) };
+        let locked = crate::ffi::check(status).is_ok();
+        for ptr in [tensor, storage].into_iter().filter(|p| !p.is_null()) {
+            // SAFETY: a new `at::Tensor` for tch to own and free (whatever the status).
+            let t = unsafe { tch::Tensor::from_ptr(ptr.cast()) };
+            if locked {
+                set.add_tensor(&t);
+            }
         }
     }
 }

@@ -53,7 +53,11 @@ extern "C" {
         flags: *mut c_int,
     ) -> c_int;
     pub(crate) fn gs_tensor_weak(tensor: *const c_void, weak: *mut *mut c_void) -> c_int;
-    pub(crate) fn gs_tensor_weak_lock(weak: *mut c_void, tensor: *mut *mut c_void) -> c_int;
+    pub(crate) fn gs_tensor_weak_lock(
+        weak: *mut c_void,
+        tensor: *mut *mut c_void,
+        storage_tensor: *mut *mut c_void,
+    ) -> c_int;
     pub(crate) fn gs_tensor_weak_free(weak: *mut c_void);
     pub(crate) fn gs_accelerator(dev_type: *mut c_int, count: *mut c_int) -> c_int;
     pub(crate) fn gs_accelerator_initialized(initialized: *mut c_int) -> c_int;
