@@ -677,14 +677,46 @@ fn fill_nested(((owned, x), cache): ((Tensor, &Tensor), &mut Vec<Tensor>)) -> Re
     Ok(())
 }
 
+#[gpu_scope(on_escape = error)]
+fn fill_first((cache, ..): (&mut Vec<Tensor>, u8, u8)) -> Result<(), Error> {
+    cache.push(floats(4));
+    Ok(())
+}
+
+#[gpu_scope(on_escape = error)]
+fn grow_ends((mut a, .., mut b): (Tensor, Tensor, Tensor), n: i64) -> Result<(), Error> {
+    let _ = (a.resize_([n]), b.resize_([n]));
+    Ok(())
+}
+
+#[gpu_scope(on_escape = error)]
+fn grow_array([mut a, ..]: [Tensor; 3], n: i64) -> Result<(), Error> {
+    let _ = a.resize_([n]);
+    Ok(())
+}
+
 /// A tuple argument destructured in the signature: each element is sorted as an argument of
-/// its own (a `&mut` element is searched, an owned one dies inside).
+/// its own (a `&mut` element is searched, an owned one dies inside), with or without a `..`
+/// (it was sorted whole: a `&mut` element not inspected, a shared tensor's growth escaped);
+/// so is an array of a written length.
 #[test]
 fn elements_of_a_destructured_tuple_argument_are_arguments() {
     let (x, mut cache) = (floats(4), Vec::new());
     kept(fill_pair((&x, &mut cache)));
     kept(fill_nested(((floats(4), &x), &mut cache)));
-    assert_eq!(cache.len(), 2);
+    kept(fill_first((&mut cache, 1, 2)));
+    assert_eq!(cache.len(), 3);
+    let y = floats(4);
+    let report = kept(grow_ends(
+        (x.shallow_clone(), floats(1), y.shallow_clone()),
+        16,
+    ));
+    assert_eq!((report.kept, x.size(), y.size()), (128, vec![16], vec![16]));
+    let report = kept(grow_array([x.shallow_clone(), floats(1), floats(1)], 32));
+    assert_eq!((report.kept, x.size()), (128, vec![32]));
+    // What the `..` stands for dies inside, as an argument given away.
+    kept_nothing(grow_ends((floats(1), floats(1), floats(1)), 16));
+    kept_nothing(grow_array([floats(1), floats(1), floats(1)], 16));
 }
 
 #[gpu_scope(on_escape = error)]

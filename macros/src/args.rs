@@ -288,10 +288,27 @@ fn stored_elsewhere(name: impl std::fmt::Display) -> String {
 /// (`(x, cache): (&Tensor, &mut Vec<Tensor>)`), whose elements are sorted one by one.
 fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut Args) {
     let ty = types::strip_parens(ty);
-    if let (Pat::Tuple(pats), Type::Tuple(tys)) = (&mut *pat, ty) {
-        let rest = pats.elems.iter().any(|p| matches!(p, Pat::Rest(_)));
-        if !rest && pats.elems.len() == tys.elems.len() {
-            for (pat, ty) in pats.elems.iter_mut().zip(&tys.elems) {
+    // A tuple, or an array of a length written as a number up to 32 (`[a, b]: [Tensor; 2]`),
+    // sorted element by element; what a `..` stands for is bound by `_`s, which the elements'
+    // sorting moves into the body whole.
+    let elements: Option<(_, Vec<&Type>)> = match (&mut *pat, ty) {
+        (Pat::Tuple(p), Type::Tuple(t)) => Some((&mut p.elems, t.elems.iter().collect())),
+        (Pat::Slice(p), Type::Array(t)) => {
+            let len = match &t.len {
+                syn::Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Int(n),
+                    ..
+                }) => n.base10_parse().ok(),
+                _ => None,
+            };
+            len.filter(|&n| n <= 32)
+                .map(|n| (&mut p.elems, vec![&*t.elem; n]))
+        }
+        _ => None,
+    };
+    if let Some((pats, tys)) = elements {
+        if fill_rest(pats, tys.len()) {
+            for (pat, ty) in pats.iter_mut().zip(tys) {
                 typed(pat, ty, borrows, uses, args);
             }
             return;
@@ -443,6 +460,28 @@ fn binds_by_ref(pat: &Pat) -> Option<bool> {
     let mut found = ByRef(None);
     syn::visit::Visit::visit_pat(&mut found, pat);
     found.0
+}
+
+/// Makes `pats` one pattern per element of a tuple or array of `len` elements, writing a
+/// `..` as the `_`s it stands for; false where they cannot match (a pattern that does not
+/// compile, left to rustc's error).
+fn fill_rest(pats: &mut syn::punctuated::Punctuated<Pat, Token![,]>, len: usize) -> bool {
+    let rests = pats.iter().filter(|p| matches!(p, Pat::Rest(_))).count();
+    if rests > 1 || pats.len() - rests > len || rests == 0 && pats.len() != len {
+        return false;
+    }
+    let filled = pats.iter().cloned().flat_map(|p| match p {
+        Pat::Rest(rest) => {
+            let wild = Pat::Wild(syn::PatWild {
+                attrs: rest.attrs,
+                underscore_token: Token![_](rest.dot2_token.spans[0]),
+            });
+            vec![wild; len + 1 - pats.len()]
+        }
+        p => vec![p],
+    });
+    *pats = filled.collect();
+    true
 }
 
 fn ident_pat(ident: Ident) -> Pat {
