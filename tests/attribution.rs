@@ -58,6 +58,11 @@ fn attribution_can_be_switched_off_and_on() {
     );
     assert!(e.shape.is_none());
     assert!(report.to_string().contains("1.00 KiB"), "{report}");
+    // The hint says that attribution is off, not what the next scope would do under on-leak.
+    assert!(
+        report.to_string().contains("attribution is off"),
+        "{report}"
+    );
 
     set_operator_attribution(true);
     assert_one_escape(&leak_one(), 256);

@@ -718,11 +718,18 @@ impl ScopeReport {
             }
         }
         if !self.attributed {
-            writeln!(
-                f,
-                "  (found without attribution: under GPU_SCOPE_OPERATORS=on-leak the next scope \
-                 here names operators and shapes; =on names them always)"
-            )?;
+            let next = match crate::config::attribution() {
+                crate::config::Attribution::Off => {
+                    "attribution is off (GPU_SCOPE_OPERATORS=off, or `set_attribution`): \
+                     =on-leak names operators and shapes from a place's second leak on, =on \
+                     always"
+                }
+                _ => {
+                    "under GPU_SCOPE_OPERATORS=on-leak the next scope here names operators \
+                     and shapes; =on names them always"
+                }
+            };
+            writeln!(f, "  (found without attribution: {next})")?;
         } else if self.escaped.iter().any(|e| e.operator.is_none()) {
             writeln!(
                 f,
