@@ -98,7 +98,10 @@ impl Parse for ScopedBlock {
             input.parse::<Token![,]>()?;
         }
         if !input.is_empty() {
-            return Err(input.error("nothing may follow the block in `scope!(..., { ... })`"));
+            return Err(input.error(
+                "nothing may follow the block in `scope!(..., { ... })`: options go before it, \
+                 `scope!(name = \"step\", { ... })`",
+            ));
         }
         Ok(ScopedBlock { options, block })
     }

@@ -289,6 +289,15 @@ impl Options {
                         format!("a scope's name is an option: write `name = {lit}`"),
                     )
                 }
+                Ok(tt)
+                    if form == Form::Block
+                        && ["loop", "while", "for", "if", "match"].contains(&&*tt.to_string()) =>
+                {
+                    syn::Error::new(
+                        tt.span(),
+                        format!("`scope!` needs a block: put the code in braces, `scope!({{ {tt} ... }})`"),
+                    )
+                }
                 Ok(tt) if form == Form::Block && tt.to_string() == "'" => syn::Error::new(
                     tt.span(),
                     "`scope!` takes an unlabelled block: write `scope!({ 'label: { ... } })`",
@@ -363,6 +372,19 @@ fn set<T>(
 }
 
 fn parse_policy(input: ParseStream) -> syn::Result<Policy> {
+    // An expression (`on_escape = cfg.policy`): not a misspelt word.
+    let fork = input.fork();
+    let more = |f: ParseStream| !(f.is_empty() || f.peek(Token![,]) || f.peek(Token![::]));
+    if fork.parse::<Ident>().is_ok() && more(&fork) && !fork.peek(syn::token::Brace) {
+        let expr: Expr = input.parse()?;
+        return Err(syn::Error::new_spanned(
+            expr,
+            "`on_escape` takes a bare word, not an expression: the policy is chosen where the \
+             function is written (`error` changes what it returns); for one chosen at run time \
+             set `GPU_SCOPE_ON_ESCAPE` (`panic | warn | ignore`), or open the scope with \
+             `gpu_scope::scope(ScopeOptions::new(..).on_escape(policy), ..)`",
+        ));
+    }
     one_of(
         input,
         "write the policy as a bare word: `on_escape = panic | warn | error | ignore`",
@@ -373,7 +395,8 @@ fn parse_policy(input: ParseStream) -> syn::Result<Policy> {
             ("error", Policy::Error),
             ("ignore", Policy::Ignore),
         ],
-        "",
+        " (a policy chosen at run time: `GPU_SCOPE_ON_ESCAPE`, or `gpu_scope::scope` with \
+         `ScopeOptions::on_escape`)",
     )
 }
 
@@ -405,8 +428,15 @@ fn parse_release(input: ParseStream) -> syn::Result<Release> {
     }
     // A word alone is a policy (or a typo of one); anything longer an expression.
     let fork = input.fork();
-    let word_alone = fork.parse::<Ident>().is_ok()
-        && (fork.is_empty() || fork.peek(Token![,]) || fork.peek(syn::token::Brace));
+    let word = fork.parse::<Ident>().is_ok();
+    if word && fork.peek(Token![|]) && !fork.peek(Token![||]) {
+        // The docs' notation for a choice (`release = outermost | always`).
+        return Err(input.error(
+            "choose one: `release = outermost`, `always`, `never` or a size such as \"1 GiB\"",
+        ));
+    }
+    let word_alone =
+        word && (fork.is_empty() || fork.peek(Token![,]) || fork.peek(syn::token::Brace));
     if !word_alone && !input.peek(syn::Lit) {
         return Ok(Release::Expr(Box::new(input.parse()?)));
     }
