@@ -374,8 +374,8 @@ fn set<T>(
 fn parse_policy(input: ParseStream) -> syn::Result<Policy> {
     // An expression (`on_escape = cfg.policy`): not a misspelt word.
     let fork = input.fork();
-    let more = |f: ParseStream| !(f.is_empty() || f.peek(Token![,]) || f.peek(Token![::]));
-    if fork.parse::<Ident>().is_ok() && more(&fork) && !fork.peek(syn::token::Brace) {
+    let ends = |f: ParseStream| f.is_empty() || f.peek(Token![,]) || f.peek(syn::token::Brace);
+    if fork.parse::<Ident>().is_ok() && !ends(&fork) && !fork.peek(Token![::]) {
         let expr: Expr = input.parse()?;
         return Err(syn::Error::new_spanned(
             expr,
