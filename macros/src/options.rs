@@ -203,6 +203,22 @@ impl Options {
                         ),
                     ));
                 }
+                // `max_peak = 2^30`: XOR of two numbers, not a power.
+                if let Expr::Binary(
+                    b @ syn::ExprBinary {
+                        op: syn::BinOp::BitXor(_),
+                        ..
+                    },
+                ) = &value
+                {
+                    if [&*b.left, &*b.right].iter().all(|e| is_literal(e)) {
+                        return Err(syn::Error::new_spanned(
+                            value,
+                            "`^` is XOR in Rust, not a power: write `max_peak = 1 << 30` or \
+                             `max_peak = \"1 GiB\"`",
+                        ));
+                    }
+                }
                 Ok(match string_literal(&value) {
                     Some(lit) => Bytes::Size(size_literal(lit, "")?),
                     None => Bytes::Expr(Box::new(value)),
@@ -231,6 +247,18 @@ impl Options {
                     }) => Ok(KeepGrad::Is(b.value)),
                     // `keep_grad = 1`, `= "yes"`: refused here rather than as a type error.
                     Expr::Lit(lit) => Err(wrong(lit.lit.span())),
+                    // The docs' notation for a choice, a `bool` expression that is always true.
+                    Expr::Binary(b)
+                        if matches!(b.op, syn::BinOp::BitOr(_))
+                            && is_literal(&b.left)
+                            && is_literal(&b.right) =>
+                    {
+                        Err(syn::Error::new_spanned(
+                            b,
+                            "choose one: `keep_grad = true` or `keep_grad = false` (`true | \
+                             false` is a `bool` expression, always true)",
+                        ))
+                    }
                     expr => Ok(KeepGrad::Expr(Box::new(expr))),
                 }
             })
@@ -398,6 +426,15 @@ fn parse_policy(input: ParseStream) -> syn::Result<Policy> {
         " (a policy chosen at run time: `GPU_SCOPE_ON_ESCAPE`, or `gpu_scope::scope` with \
          `ScopeOptions::on_escape`)",
     )
+}
+
+/// A literal, also one a `macro_rules!` fragment passed on (in an invisible group).
+fn is_literal(expr: &Expr) -> bool {
+    match expr {
+        Expr::Lit(_) => true,
+        Expr::Group(group) => is_literal(&group.expr),
+        _ => false,
+    }
 }
 
 /// A string literal, also one a `macro_rules!` fragment (`$size:literal`, `$size:expr`) passed
