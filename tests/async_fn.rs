@@ -620,9 +620,7 @@ async fn background(steps: usize, keep_too: bool) -> Tensor {
 /// finishes, that scope judges the output.
 #[test]
 fn a_spawned_tasks_output_goes_to_the_scopes_it_was_made_in() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
+    let rt = current_thread();
     let frames = |n: usize| {
         for frame in 0..n {
             let (_, report) = gpu_scope::scope(strict("frame"), || {
@@ -670,9 +668,7 @@ async fn returns_boom() -> Boom {
 /// with its output called escaped).
 #[test]
 fn a_panic_searching_an_async_scopes_output_ends_it_unchecked() {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
+    let runtime = current_thread();
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         runtime.block_on(async { drop(returns_boom().await) })
     }));
@@ -717,9 +713,7 @@ fn async_fn_in_traits() {
     }
     let model = Scale(Tensor::from(2.0f32));
     let x = Tensor::ones([4], (Kind::Float, Device::Cpu));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
+    let rt = current_thread();
     let y = rt.block_on(model.twice(&x)).unwrap();
     let report = gpu_scope::last_report().unwrap();
     assert!(report.is_clean() && report.kept == 16, "{report}");
@@ -748,10 +742,8 @@ async fn panics_on_its_second_poll() -> Result<(), Error> {
 /// one on top of the panic).
 #[test]
 fn a_task_that_panicked_is_not_cancelled() {
-    let rt = tokio::runtime::Builder::new_current_thread().build();
-    let joined = rt
-        .unwrap()
-        .block_on(async { tokio::spawn(panics_on_its_second_poll()).await });
+    let joined =
+        current_thread().block_on(async { tokio::spawn(panics_on_its_second_poll()).await });
     assert!(joined.unwrap_err().is_panic());
     let report = gpu_scope::last_report().expect("a report");
     assert!(!report.cancelled, "{report}");
@@ -763,9 +755,7 @@ fn a_task_that_panicked_is_not_cancelled() {
 /// `catch_unwind`): the scope ends unchecked where the unwinding drops it.
 #[test]
 fn a_future_dropped_by_its_panic_is_not_cancelled() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
+    let rt = current_thread();
     let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         rt.block_on(panics_on_its_second_poll())
     }));
@@ -773,4 +763,11 @@ fn a_future_dropped_by_its_panic_is_not_cancelled() {
     let report = gpu_scope::last_report().expect("a report");
     assert!(!report.cancelled && !report.checked, "{report}");
     PANICKED_KEPT.lock().unwrap().clear();
+}
+
+/// A runtime on this thread, as `#[tokio::test]` makes.
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
 }
