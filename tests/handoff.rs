@@ -772,3 +772,36 @@ fn a_scope_exited_inside_carried_work_leaves_that_work_charged() {
     adds_up(&report);
     SINK.lock().unwrap().clear();
 }
+
+/// A scope exited inside work carried in above it leaves that work the autograd mode and the
+/// operator attribution it runs with, and gives the thread the mode it found once the work
+/// leaves (it gave the work its own mode back, and the work's end left autograd off).
+#[test]
+fn a_scope_exited_inside_carried_work_leaves_its_modes_in_place() {
+    let _serial = common::serial();
+    let grad_on = || {
+        floats(1)
+            .set_requires_grad(true)
+            .g_mul_scalar(2)
+            .requires_grad()
+    };
+    let carrier = Scope::enter(strict("carrier")).unwrap();
+    let handle = gpu_scope::current().unwrap();
+    let (inside, after) = std::thread::spawn(move || {
+        let local = Scope::enter(strict("local")).unwrap();
+        let inside = handle.in_scope(move || {
+            local.exit(&()).unwrap();
+            SINK.lock().unwrap().push(floats(7));
+            grad_on()
+        });
+        (inside, grad_on())
+    })
+    .join()
+    .unwrap();
+    assert!(!inside, "the carried work runs with its scope's mode (off)");
+    assert!(after, "the thread's own mode (on) once the work left");
+    let report = escaped(carrier.exit(&()));
+    assert_eq!(report.escaped.len(), 1, "{report}");
+    assert_eq!(report.escaped[0].operator, Some("aten::zeros"), "{report}");
+    SINK.lock().unwrap().clear();
+}

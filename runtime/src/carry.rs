@@ -54,16 +54,18 @@ struct Entered {
 
 impl Drop for Entered {
     fn drop(&mut self) {
+        let mut handed = None;
         if let Some(token) = self.token {
             // Casts that autocast cached for the work would outlive the scope: the cache is
             // cleared here (it is the process's, as at a scope's own exit), where autocast is on.
             ffi::autocast_clear();
-            thread::pop(token);
+            handed = thread::pop(token);
         }
         if let Some(len) = self.off {
             grad::uncarry(len);
         }
-        if let Some(previous) = self.grad {
+        // The mode of a scope of this thread that the work exited is the thread's own.
+        if let Some(previous) = handed.or(self.grad) {
             grad::set(previous);
         }
     }

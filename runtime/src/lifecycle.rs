@@ -113,7 +113,7 @@ impl OpenScope {
     /// is held on purpose.
     pub(crate) fn mark(&self, kept: &StorageSet) {
         let around = self.placed.as_ref().and_then(|p| thread::around(p.token));
-        let (inside, outside) = around.unwrap_or_default();
+        let (inside, outside, _) = around.unwrap_or_default();
         self.frame
             .mark(kept, &inside, outside.as_deref().unwrap_or(&[]));
     }
@@ -143,7 +143,7 @@ impl OpenScope {
         if let Some(placed) = self.placed.take() {
             // Not at its close, which takes it off for good.
             if !self.closed {
-                self.polled_in = thread::around(placed.token).and_then(|(_, below)| below);
+                self.polled_in = thread::around(placed.token).and_then(|(_, below, _)| below);
                 if !self.suspended {
                     self.since = thread::graphs_since(placed.token);
                     self.made_in = self.polled_in.clone();
@@ -151,9 +151,14 @@ impl OpenScope {
             }
             self.suspended = true;
             // Scopes still open inside it leave first, giving back their modes.
-            thread::pop(placed.token);
+            let handed = thread::pop(placed.token);
             if let Some(previous) = self.frame.take_grad() {
                 grad::restore(previous, self.opts.location);
+            }
+            // A scope of this thread exited inside this poll: the mode it found is the
+            // thread's now.
+            if let Some(handed) = handed {
+                grad::set(handed);
             }
         }
     }
@@ -196,7 +201,7 @@ impl OpenScope {
     pub(crate) fn close(&mut self, kept: &StorageSet, checked: bool) -> ScopeReport {
         self.closed = true;
         let mut taken_off = false;
-        let (above, enclosing) = match &self.placed {
+        let (above, enclosing, carried_above) = match &self.placed {
             Some(p) => {
                 // Only a kept tensor's graph can hold memory: ask about graphs only then.
                 if kept.autograd_graph {
@@ -206,11 +211,11 @@ impl OpenScope {
                 // poll, work carried in with a handle), which ended before it.
                 thread::around(p.token).unwrap_or_else(|| {
                     taken_off = true;
-                    (vec![], self.frame.lock().parked_in.take())
+                    (vec![], self.frame.lock().parked_in.take(), false)
                 })
             }
             // Off every stack: it ends where it was last placed.
-            None => (vec![], self.polled_in.take()),
+            None => (vec![], self.polled_in.take(), false),
         };
         // Scopes still open inside it end first, unchecked (bad input: scopes end innermost
         // first); the report says where they were opened.
@@ -220,7 +225,14 @@ impl OpenScope {
             close_inner(&self.frame, &above, enclosing.as_ref(), &mut ended_inside);
         }
         // Its own mode after theirs. An enclosing scope that ended it gave back its mode.
+        // Work carried in above it that stays (its exit inside that work) keeps its mode.
+        let token = self.placed.as_ref().map(|p| p.token);
         match self.frame.take_grad() {
+            Some(previous)
+                if carried_above && token.is_some_and(|t| thread::hand_mode_up(t, previous)) =>
+            {
+                grad::forget(self.opts.location)
+            }
             Some(previous) => grad::restore(previous, self.opts.location),
             None if !self.opts.keep_grad_mode => grad::forget(self.opts.location),
             None => {}

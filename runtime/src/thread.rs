@@ -7,6 +7,7 @@
 use crate::ledger::{self, Chain, Frame, BLIND, CARRIED, GRAPH};
 use crate::{ffi, Error};
 use std::cell::{Cell, RefCell};
+use std::ffi::c_int;
 use std::sync::{Arc, Mutex};
 
 /// What a thread's allocations are charged to right now. The shim's reporter for the thread
@@ -89,6 +90,9 @@ struct ThreadState {
     hooks: Cell<Option<ffi::ThreadHooks>>,
     /// The operator callback of attribution, and the level that installed it.
     ops: Cell<Option<(u64, Token)>>,
+    /// The autograd mode to give the thread when the level of carried work leaves, handed up
+    /// to it by a scope below it that ended first (see [`hand_mode_up`]).
+    handed: Cell<Option<(Token, c_int)>>,
 }
 
 impl Drop for ThreadState {
@@ -109,6 +113,7 @@ thread_local! {
         next: Cell::new(0),
         hooks: Cell::new(None),
         ops: Cell::new(None),
+        handed: Cell::new(None),
     };
 }
 
@@ -236,14 +241,16 @@ fn ending_with(stack: &[Level], at: usize) -> usize {
         .map_or(stack.len(), |i| at + 1 + i)
 }
 
-/// The frames above `token` that end with it (innermost first), and the chain below it;
-/// `None` if `token` is not on this thread's stack.
-pub(crate) fn around(token: Token) -> Option<(Vec<Arc<Frame>>, Option<Chain>)> {
+/// The frames above `token` that end with it (innermost first), the chain below it, and
+/// whether work carried in above it stays when it ends (see [`hand_mode_up`]); `None` if
+/// `token` is not on this thread's stack.
+pub(crate) fn around(token: Token) -> Option<(Vec<Arc<Frame>>, Option<Chain>, bool)> {
     with_thread(|t| {
         let stack = t.stack.borrow();
         let at = stack.iter().rposition(|l| l.token == token)?;
+        let end = ending_with(&stack, at);
         // Usually on top: nothing above it to collect.
-        let above = match &stack[at + 1..ending_with(&stack, at)] {
+        let above = match &stack[at + 1..end] {
             [] => Vec::new(),
             above => above
                 .iter()
@@ -253,23 +260,48 @@ pub(crate) fn around(token: Token) -> Option<(Vec<Arc<Frame>>, Option<Chain>)> {
                 .collect(),
         };
         let below = at.checked_sub(1).map(|i| stack[i].chain.clone());
-        Some((above, below))
+        Some((above, below, end < stack.len()))
+    })
+}
+
+/// A scope whose level at `token` ends while work carried in above it stays (a scope exited
+/// inside work carried onto its thread: bad input, see `ending_with`): that work keeps the
+/// autograd mode it runs with, and `previous`, the mode the scope found, is the thread's
+/// again when the work leaves. Returns false (the caller gives the mode back now) if no such
+/// work is above it.
+pub(crate) fn hand_mode_up(token: Token, previous: c_int) -> bool {
+    with_thread(|t| {
+        let stack = t.stack.borrow();
+        let Some(at) = stack.iter().rposition(|l| l.token == token) else {
+            return false;
+        };
+        let Some(above) = stack.get(ending_with(&stack, at)) else {
+            return false;
+        };
+        // A scope further down that ends later found an earlier mode: it overwrites this.
+        t.handed.set(Some((above.token, previous)));
+        true
     })
 }
 
 /// Takes `token` and what ends with it (`ending_with`) off this thread's stack; removes the
 /// hooks when the stack is empty. Does nothing if `token` is not on this thread's stack.
-pub(crate) fn pop(token: Token) {
+/// Returns the autograd mode a scope that ended below the level handed up to it, if any
+/// ([`hand_mode_up`]): the caller gives the thread that mode rather than its own.
+pub(crate) fn pop(token: Token) -> Option<c_int> {
     with_thread(|t| {
         let mut stack = t.stack.borrow_mut();
-        let Some(at) = stack.iter().rposition(|l| l.token == token) else {
-            return;
-        };
+        let at = stack.iter().rposition(|l| l.token == token)?;
         let end = ending_with(&stack, at);
-        let ops_ended = t
+        let mut ops_ended = t
             .ops
             .get()
             .filter(|(_, level)| stack[at..end].iter().any(|l| l.token == *level));
+        // Work carried in above stays: it keeps attributing, the callback is its level's now.
+        if let (Some((callback, _)), Some(above)) = (ops_ended, stack.get(end)) {
+            t.ops.set(Some((callback, above.token)));
+            ops_ended = None;
+        }
         note_graphs(&stack[at..end]);
         // Scopes opened above it and still open (a guard held across an `.await` of the async
         // scope at `token`) leave the stack with it; each remembers the frames it was opened
@@ -302,6 +334,11 @@ pub(crate) fn pop(token: Token) {
         if empty && t.hooks.take().is_some() {
             ffi::thread_leave();
         }
+        let handed = t.handed.get().filter(|(level, _)| *level == token);
+        handed.map(|(_, mode)| {
+            t.handed.set(None);
+            mode
+        })
     })
 }
 
