@@ -475,6 +475,11 @@ fn budget_over_u64() -> Result<Tensor, Error> {
     Ok(floats(4))
 }
 
+#[gpu_scope(on_escape = error, max_peak = 4 - 8 + (1 << 10))]
+fn budget_with_a_negative_step() -> Result<Tensor, Error> {
+    Ok(floats(4))
+}
+
 #[test]
 fn budget_from_any_integer_expression() {
     let x = floats(256);
@@ -485,6 +490,9 @@ fn budget_from_any_integer_expression() {
     // Too large for `u64`: no limit.
     assert!(budget_over_u64().is_ok());
     assert_eq!(last_report().unwrap().max_peak, None);
+    // Worked out whole, as written: no step is typed on its own.
+    assert!(budget_with_a_negative_step().is_ok());
+    assert_eq!(last_report().unwrap().max_peak, Some(1020));
 }
 
 struct Named {

@@ -1,8 +1,8 @@
 //! The `ScopeOptions` expression that a scope is entered with, from the typed options.
 use crate::local;
 use crate::options::{Bytes, KeepGrad, Name, Options, Policy, Release};
-use proc_macro2::{Span, TokenStream};
-use quote::{quote, quote_spanned};
+use proc_macro2::{Literal, Span, TokenStream};
+use quote::{quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
 use syn::{BinOp, Expr, Lit};
 
@@ -48,10 +48,14 @@ pub(crate) fn scope_options(
     if let Some(max_peak) = &options.max_peak {
         let call = match &max_peak.value {
             Bytes::Size(bytes) => quote_spanned!(span=> .max_peak(#bytes)),
-            // Typed `u128`, so that `8 * 1024 * 1024 * 1024` does not overflow `i32` and
-            // `1 << 70` (too large for `u64`: no limit) does not overflow at all.
+            // Worked out here, so that `8 * 1024 * 1024 * 1024` does not overflow `i32`, `1
+            // << 70` (too large for `u64`: no limit) does not overflow at all, and `4 - 8 + 8`
+            // has no negative step (a negative value or an overflow was refused, see valid.rs).
             Bytes::Expr(expr) if literal_arithmetic(expr) => {
-                let bytes = typed(expr, |at| quote_spanned!(at=> u128));
+                let bytes = match literal_value(expr).and_then(|v| u128::try_from(v).ok()) {
+                    Some(v) => Literal::u128_suffixed(v).into_token_stream(),
+                    None => typed(expr, |at| quote_spanned!(at=> u128)),
+                };
                 let bytes = quote_spanned! {local::at(expr.span())=>
                     #private::MaxPeak::bytes(#bytes)
                 };
@@ -96,9 +100,40 @@ fn typed(expr: &Expr, ty: impl FnOnce(Span) -> TokenStream) -> TokenStream {
     quote_spanned! {at=> { let value: #ty = #expr; value } }
 }
 
+/// The value of integer literals joined by arithmetic ([`literal_arithmetic`]), worked out
+/// as the compiler would in `i128`; `None` if a step overflows it or divides by zero.
+pub(crate) fn literal_value(expr: &Expr) -> Option<i128> {
+    match expr {
+        Expr::Lit(lit) => match &lit.lit {
+            Lit::Int(i) => i.base10_parse().ok(),
+            _ => None,
+        },
+        Expr::Paren(p) => literal_value(&p.expr),
+        Expr::Group(g) => literal_value(&g.expr),
+        Expr::Binary(b) => {
+            let (l, r) = (literal_value(&b.left)?, literal_value(&b.right)?);
+            match b.op {
+                BinOp::Add(_) => l.checked_add(r),
+                BinOp::Sub(_) => l.checked_sub(r),
+                BinOp::Mul(_) => l.checked_mul(r),
+                BinOp::Div(_) => l.checked_div(r),
+                BinOp::Rem(_) => l.checked_rem(r),
+                // Shifted bits must not be lost (`checked_shl` checks only the shift).
+                BinOp::Shl(_) if (0..127).contains(&r) => l.checked_mul(1 << r),
+                BinOp::Shr(_) if (0..128).contains(&r) => Some(l >> r),
+                BinOp::BitAnd(_) => Some(l & r),
+                BinOp::BitOr(_) => Some(l | r),
+                BinOp::BitXor(_) => Some(l ^ r),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
 /// Integer literals without suffix joined by arithmetic: the literals take the type the
 /// expression is used at.
-fn literal_arithmetic(expr: &Expr) -> bool {
+pub(crate) fn literal_arithmetic(expr: &Expr) -> bool {
     match expr {
         Expr::Lit(lit) => matches!(&lit.lit, Lit::Int(i) if i.suffix().is_empty()),
         Expr::Paren(p) => literal_arithmetic(&p.expr),

@@ -178,6 +178,22 @@ fn malformed_attribute_options() {
         ("keep_grad = ,", Some("keep_grad"), "needs a value"),
         ("max_peak = -1", Some("-1"), "cannot be negative"),
         ("max_peak = (-4096)", Some("(-4096)"), "cannot be negative"),
+        ("max_peak = 1 - 2", Some("1 - 2"), "cannot be negative"),
+        (
+            "max_peak = (1 << 20) - (1 << 21)",
+            Some("(1 << 20) - (1 << 21)"),
+            "cannot be negative",
+        ),
+        (
+            "max_peak = 1 << 127",
+            Some("1 << 127"),
+            "overflows or divides by zero",
+        ),
+        (
+            "max_peak = 4096 / (2 - 2)",
+            Some("4096 / (2 - 2)"),
+            "overflows or divides by zero",
+        ),
         ("max_peak = 1.5", Some("1.5"), "whole bytes"),
         (
             "max_peak = 512 mib",

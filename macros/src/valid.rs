@@ -1,5 +1,6 @@
 //! One validation pass over what was parsed, before any code is generated: every misuse that the
 //! options and the item show, reported together, each at its own tokens.
+use crate::expand_options::{literal_arithmetic, literal_value};
 use crate::input::{ScopedBlock, ScopedFn};
 use crate::options::{Bytes, Given, Options, Policy};
 use crate::types;
@@ -385,14 +386,25 @@ fn validate_options(options: &Options, errors: &mut Errors) {
     else {
         return;
     };
+    const NEGATIVE: &str = "`max_peak` is a number of bytes and cannot be negative";
+    // Worked out here: the compiler's own overflow error would name the macro's types.
+    if literal_arithmetic(expr) {
+        match literal_value(expr) {
+            Some(bytes) if bytes < 0 => errors.push_spanned(expr, NEGATIVE),
+            Some(_) => {}
+            None => errors.push_spanned(
+                expr,
+                "`max_peak`'s arithmetic overflows or divides by zero: write a number of bytes \
+                 (one over u64::MAX means no limit), or a size string such as \"64 GiB\"",
+            ),
+        }
+        return;
+    }
     match strip_parens(expr) {
         Expr::Unary(e)
             if matches!(e.op, UnOp::Neg(_)) && matches!(strip_parens(&e.expr), Expr::Lit(_)) =>
         {
-            errors.push_spanned(
-                expr,
-                "`max_peak` is a number of bytes and cannot be negative",
-            )
+            errors.push_spanned(expr, NEGATIVE)
         }
         Expr::Lit(lit) if matches!(lit.lit, Lit::Float(_)) => errors.push_spanned(
             expr,
