@@ -77,14 +77,19 @@ impl fmt::Display for Error {
                 }
                 write!(f, "\n{r}")
             }
-            Error::OverBudget(r) => write!(
-                f,
-                "gpu-scope: scope `{}` peaked at {}, over its budget of {} (to fix: free \
-                 tensors earlier in the scope, work on less at a time, or raise `max_peak`)\n{r}",
-                r.name,
-                Bytes(r.peak),
-                Bytes(r.max_peak.unwrap_or(0))
-            ),
+            Error::OverBudget(r) => {
+                let budget = r.max_peak.unwrap_or(0);
+                write!(
+                    f,
+                    "gpu-scope: scope `{}` peaked at {}, {} over its budget of {} (to fix: free \
+                     tensors earlier in the scope, work on less at a time, or raise \
+                     `max_peak`)\n{r}",
+                    r.name,
+                    Bytes(r.peak),
+                    Bytes(r.peak.saturating_sub(budget)),
+                    Bytes(budget)
+                )
+            }
             Error::Torch(msg) => write!(
                 f,
                 "gpu-scope: libtorch error: {msg} (raised by libtorch in a call gpu-scope made; \

@@ -526,6 +526,10 @@ impl fmt::Display for ScopeReport {
         row(f, "peak", Bytes(self.peak).to_string())?;
         if let Some(budget) = self.max_peak {
             row(f, "budget", Bytes(budget).to_string())?;
+            // Exact: the two may round to the same figure.
+            if self.peak > budget {
+                row(f, "  over by", Bytes(self.peak - budget).to_string())?;
+            }
         }
         row(f, "kept", Bytes(self.kept).to_string())?;
         for by in self.held_kinds() {
@@ -813,6 +817,21 @@ mod tests {
         for (bytes, text) in cases {
             assert_eq!(Bytes(bytes).to_string(), text);
         }
+    }
+
+    /// A peak over the budget by less than the rounding of both says by how much.
+    #[test]
+    fn a_budget_exceeded_by_a_little_says_by_how_much() {
+        let mut r = report("tight", 0);
+        (r.peak, r.max_peak) = (1028, Some(1024));
+        let text = r.to_string();
+        assert!(text.contains("over by"), "{text}");
+        let message = crate::Error::OverBudget(Box::new(r)).to_string();
+        assert!(
+            message.contains("peaked at 1.00 KiB, 4 B over its budget of 1.00 KiB"),
+            "{message}"
+        );
+        assert!(!report("clean", 0).to_string().contains("over by"));
     }
 
     /// Each duration in the largest unit it is 1 or more of, once rounded.
