@@ -688,12 +688,24 @@ fn state_after_accumulated_gradients_is_escaped_and_the_report_says_keep_the_opt
         opt.step();
     });
     assert!(r.is_ok(), "{r:?}");
+    // The step in a scope of its own, after the backward passes: its state was made with
+    // autograd off in a `keep_grad` scope, and the report says to keep the optimizer too.
+    let mut opt = nn::Adam::default().build(&vs, 1e-3).unwrap();
+    tch::with_grad(|| loss(&model).backward());
+    let r = escaped(scope(strict("step alone").keep_grad_mode(true), || {
+        opt.step()
+    }));
+    assert!(!r.backward && r.escaped_without_grad, "{r}");
+    assert!(
+        r.to_string().contains("keep the optimizer: `keep = [opt]`"),
+        "{r}"
+    );
     // No backward: no such hint beside an escape.
     let r = escaped(scope(strict("no backward"), || {
         LEAKED.lock().unwrap().push(floats(4))
     }));
     assert!(
-        !r.backward && !r.to_string().contains("a backward pass ran"),
+        !r.backward && !r.escaped_without_grad && !r.to_string().contains("optimizer's state"),
         "{r}"
     );
     LEAKED.lock().unwrap().clear();

@@ -361,10 +361,14 @@ impl OpenScope {
         checked: bool,
     ) -> ScopeReport {
         // What a clean scope does not have is built out of line: its exit stays short.
-        let escaped = if closed.escaped.is_empty() {
-            Vec::new()
+        let (escaped, escaped_without_grad) = if closed.escaped.is_empty() {
+            (Vec::new(), false)
         } else {
-            escapes(std::mem::take(&mut closed.escaped))
+            let without_grad = closed.escaped.iter().any(|(_, e)| e.made.grad_off);
+            (
+                escapes(std::mem::take(&mut closed.escaped)),
+                without_grad && self.opts.keep_grad_mode,
+            )
         };
         let mut held = if closed.held.is_empty() {
             Vec::new()
@@ -473,6 +477,7 @@ impl OpenScope {
             ended_inside: Vec::new(),
             attributed: self.attributed,
             backward: closed.backward,
+            escaped_without_grad,
             cancelled: self.cancelled,
             started: self.started.saturating_duration_since(*EPOCH),
             elapsed: self.started.elapsed(),

@@ -243,6 +243,11 @@ pub struct ScopeReport {
     /// Whether autograd's backward pass ran inside (it allocated there): a training step. A
     /// report with escapes then says how an optimizer's state is kept.
     pub backward: bool,
+    /// Whether a scope that keeps autograd on (`keep_grad`) had an escape made with autograd
+    /// off, as an optimizer's step makes its state (a step after gradient accumulation whose
+    /// optimizer is not kept). A report with escapes then says how an optimizer's state is
+    /// kept, as after a backward pass.
+    pub escaped_without_grad: bool,
     /// An async scope whose future was dropped before it finished (cancelled), checked where
     /// it was dropped, with nothing handed back: no scope it ran in was still open to judge
     /// what it left (not one dropped after a poll panicked, or while a panic unwinds).
@@ -345,6 +350,7 @@ impl Serialize for ScopeReport {
             ended_inside,
             attributed,
             backward,
+            escaped_without_grad,
             cancelled,
             started,
             elapsed,
@@ -378,6 +384,7 @@ impl Serialize for ScopeReport {
         s.serialize_field("ended_inside", &ended_inside)?;
         s.serialize_field("attributed", attributed)?;
         s.serialize_field("backward", backward)?;
+        s.serialize_field("escaped_without_grad", escaped_without_grad)?;
         s.serialize_field("cancelled", cancelled)?;
         s.serialize_field("started", &micros(started))?;
         s.serialize_field("elapsed", &micros(elapsed))?;
@@ -432,6 +439,7 @@ fn overwrite(last: &mut ScopeReport, report: &ScopeReport) {
         ended_inside,
         attributed,
         backward,
+        escaped_without_grad,
         cancelled,
         started,
         elapsed,
@@ -463,6 +471,7 @@ fn overwrite(last: &mut ScopeReport, report: &ScopeReport) {
     (last.cache_released, last.released, last.max_peak) = (*cache_released, *released, *max_peak);
     (last.checked, last.attributed) = (*checked, *attributed);
     (last.backward, last.cancelled) = (*backward, *cancelled);
+    last.escaped_without_grad = *escaped_without_grad;
     (last.started, last.elapsed) = (*started, *elapsed);
 }
 
@@ -617,10 +626,17 @@ impl fmt::Display for ScopeReport {
         }
         if !self.escaped.is_empty() {
             self.escape_table(f)?;
-            if self.backward {
+            if self.backward || self.escaped_without_grad {
+                let why = match self.backward {
+                    true => "a backward pass ran here",
+                    false => {
+                        "what escaped was made with autograd off in a `keep_grad` scope, as \
+                              an optimizer's step makes its state"
+                    }
+                };
                 writeln!(
                     f,
-                    "  hint: a backward pass ran here: if what escaped is an optimizer's state \
+                    "  hint: {why}: if what escaped is an optimizer's state \
                      (made at its first step after a backward that added into gradients made \
                      before the scope, as in gradient accumulation, or for parameters whose \
                      gradients are views of one buffer, as after `Tensor::cat` or `stack` of \
@@ -628,7 +644,9 @@ impl fmt::Display for ScopeReport {
                      it as an argument (a `tch::COptimizer` cannot be looked into: scope the \
                      whole step, from `zero_grad` to `step`, or take its first step before the \
                      scopes); an optimizer kept already keeps its trainable variables only: \
-                     keep its `VarStore` for the buffers (`BatchNorm`'s running statistics)"
+                     keep its `VarStore` for the buffers (`BatchNorm`'s running statistics); \
+                     what a scope inside this one found escaped stays escaped here: keep the \
+                     optimizer in the scope its step runs in"
                 )?;
             }
             if !self.lending_args.is_empty() {
@@ -797,6 +815,7 @@ mod tests {
             ended_inside: vec![],
             attributed: escapes == 0,
             backward: false,
+            escaped_without_grad: false,
             cancelled: false,
             started: Duration::from_micros(escapes as u64),
             elapsed: Duration::from_micros(9),
@@ -879,7 +898,7 @@ mod tests {
         assert_eq!(alone["name"], "json");
         assert_eq!(
             alone.as_object().unwrap().len(),
-            29,
+            30,
             "every field, the status, the versions"
         );
         let list = serde_json::to_value([&r, &r]).unwrap();
