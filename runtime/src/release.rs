@@ -17,6 +17,7 @@ pub(crate) struct Released {
 /// devices, none for a CPU-only scope); `outermost` says whether no scope encloses it on this
 /// thread; `blind`, that it could not see its accelerator allocations (a profiler held the
 /// reporting slot, or the allocator reports nothing): it may have used any device.
+#[inline]
 pub(crate) fn run(
     policy: ReleasePolicy,
     outermost: bool,
@@ -31,9 +32,15 @@ pub(crate) fn run(
         ReleasePolicy::Outermost => outermost && (!used.is_empty() || blind),
         ReleasePolicy::Always | ReleasePolicy::Above(_) => true,
     };
-    if !looks {
-        return Released::default();
+    match looks {
+        true => look(policy, used, blind),
+        false => Released::default(),
     }
+}
+
+/// [`run`] once it looks at the caches.
+#[inline(never)]
+fn look(policy: ReleasePolicy, used: &[DeviceId], blind: bool) -> Released {
     let Some((kind, count)) = accelerator() else {
         return Released::default();
     };

@@ -84,6 +84,7 @@ impl Owned {
 }
 
 impl Drop for Owned {
+    #[inline]
     fn drop(&mut self) {
         spare::give(std::mem::take(&mut self.keys));
     }
