@@ -805,3 +805,39 @@ fn a_scope_exited_inside_carried_work_leaves_its_modes_in_place() {
     assert_eq!(report.escaped[0].operator, Some("aten::zeros"), "{report}");
     SINK.lock().unwrap().clear();
 }
+
+#[gpu_scope::gpu_scope(on_escape = ignore)]
+async fn exits_a_scope_of_its_thread(own: Scope, grad_on: fn() -> bool) -> (bool, bool) {
+    YieldOnce::default().await;
+    // Polled again above `own`: its exit leaves this poll the async scope's mode.
+    let _ = own.exit(&());
+    let inside = grad_on();
+    YieldOnce::default().await;
+    (inside, grad_on())
+}
+
+/// The same where the work above is an async scope's later poll: the thread gets the mode
+/// the exited scope found after that poll, and the async scope keeps its own in the next.
+#[test]
+fn a_scope_exited_inside_an_async_scopes_poll_gives_the_thread_its_mode_after_it() {
+    fn grad_on() -> bool {
+        floats(1)
+            .set_requires_grad(true)
+            .g_mul_scalar(2)
+            .requires_grad()
+    }
+    let own = Scope::enter(strict("own")).unwrap();
+    let mut future = Box::pin(exits_a_scope_of_its_thread(own, grad_on));
+    assert!(future.as_mut().poll(&mut noop_context()).is_pending());
+    assert!(future.as_mut().poll(&mut noop_context()).is_pending());
+    assert!(grad_on(), "the mode `own` found (on), after the poll");
+    let Poll::Ready((inside, next)) = future.as_mut().poll(&mut noop_context()) else {
+        panic!("ready on the third poll");
+    };
+    assert_eq!(
+        (inside, next),
+        (false, false),
+        "the async scope's mode (off)"
+    );
+    assert!(grad_on(), "the thread's own mode (on) once it ended");
+}
