@@ -388,8 +388,10 @@ fn path_words(path: &tch::nn::Path<'_>) -> Option<[usize; PATH_WORDS]> {
 }
 
 /// A value that may own tensors: a scope keeps the device memory of what it hands back
-/// through this trait. Derive it with `#[derive(Tensors)]`; implemented for every tch type
-/// that owns tensors and for the std containers.
+/// through this trait. Derive it with `#[derive(Tensors)]`; implemented for tch's tensors,
+/// stores, modules, optimizers and the other types the README lists (not every model of
+/// `tch::vision`: wrap one in a type of yours that derives it, or keep its `VarStore`), and
+/// for the std containers.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` does not implement `gpu_scope::Tensors`",
     label = "gpu-scope cannot see which tensors this value holds",
@@ -687,7 +689,8 @@ impl<ND> Tensors for tch::nn::ConvTransposeConfigND<ND> {
     fn visit(&self, _: &mut StorageSet) {}
 }
 
-/// A `Cell` of a `Copy` value, which owns no tensor (a tensor is not `Copy`).
+/// A `Cell` of a `Copy` value, which owns no tensor (a tensor is not `Copy`): not searched,
+/// so a reference to a tensor in it (`Cell<Option<&Tensor>>`) keeps nothing.
 impl<T: Copy> Tensors for std::cell::Cell<T> {
     fn visit(&self, _: &mut StorageSet) {}
 }
