@@ -80,6 +80,44 @@ fn views_and_in_place_ops_on_outer_tensors() {
     assert_eq!(on(&report).freed, block(400));
 }
 
+/// A view keeps its base tensor alive, and so the storage the base was given after the view
+/// was taken (`set_data`, `set_`, a `VarStore` turned to half precision): handed back, the view
+/// keeps that storage too.
+#[test]
+fn a_view_keeps_the_storage_its_base_was_given_since() {
+    let _ = clean(scope(strict("set_data"), || {
+        let mut base = floats(100);
+        let view = base.narrow(0, 0, 10);
+        base.set_data(&floats(60));
+        view
+    }));
+    let _ = clean(scope(strict("set_"), || {
+        let mut base = floats(100);
+        let view = base.narrow(0, 0, 10);
+        let _ = base.set_source_tensor_(&floats(50));
+        view
+    }));
+    // The view itself given another storage: its base's stays alive through it.
+    let _ = clean(scope(strict("view set_"), || {
+        let mut view = floats(100).narrow(0, 0, 10);
+        let _ = view.set_source_tensor_(&floats(50));
+        view
+    }));
+    let (_, report) = clean(scope(strict("half"), || {
+        let mut vs = nn::VarStore::new(device());
+        let linear = nn::linear(vs.root() / "l", 16, 8, Default::default());
+        let transposed = linear.ws.tr();
+        vs.half();
+        transposed
+    }));
+    // The view's own storage (the float weight) and its base's new one (the half weight).
+    assert_eq!(
+        on(&report).kept,
+        block(8 * 16 * 4) + block(8 * 16 * 2),
+        "{report}"
+    );
+}
+
 #[test]
 fn outer_tensor_dropped_inside() {
     let outer = floats(10);

@@ -427,9 +427,15 @@ void add_storage(const at::Tensor& t, Storages& out) {
 // What a tensor keeps alive beside its own storages.
 void add_held(const at::Tensor& t, Storages& out) {
   // A view keeps its base alive: a sparse tensor's `values()` keeps its indices, a view of a
-  // nested tensor its sizes, strides and offsets.
-  if (t.is_view() && (t._base().layout() != at::kStrided || t._base().is_nested())) {
-    add_storage(at::Tensor(t._base()), out);
+  // nested tensor its sizes, strides and offsets, and a strided view its base's storage, which
+  // the base may have been given since (`set_data`, `set_`, `VarStore::half`).
+  if (t.is_view()) {
+    const at::TensorBase& base = t._base();
+    if (base.layout() != at::kStrided || base.is_nested() ||
+        (base.has_storage() &&
+         (!t.has_storage() || !base.storage().is_alias_of(t.storage())))) {
+      add_storage(at::Tensor(base), out);
+    }
   }
   // A per-channel quantized tensor's quantizer holds its scales and zero points.
   if (t.is_quantized() && (t.qscheme() == at::kPerChannelAffine ||
