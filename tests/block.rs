@@ -127,3 +127,17 @@ fn a_block_that_always_panics_ends_its_scope_unchecked() {
     assert_eq!(outer.escaped_bytes, common::block(16), "{outer}");
     assert_eq!(cache.len(), 1);
 }
+
+/// A block's value whose type is known only where the block is used (`collect`, `Default`,
+/// `into`, a nested block that panics) is taken as the code around it says.
+#[test]
+fn a_value_typed_by_the_code_around_the_block() {
+    let squares: Vec<Tensor> = scope!({ (1..4).map(|n| floats(n) * 2).collect() });
+    assert_eq!(squares.len(), 3);
+    assert!(last_report().unwrap().is_clean());
+    let zero: i64 = scope!({ Default::default() });
+    let size: u64 = scope!({ 7u32.into() });
+    assert_eq!((zero, size), (0, 7));
+    let nested = std::panic::catch_unwind(|| -> i32 { scope!({ scope!({ panic!("inner") }) }) });
+    assert!(nested.is_err());
+}

@@ -56,7 +56,9 @@ fn rewrite(ScopedBlock { options, block }: ScopedBlock) -> TokenStream {
     let diverges = valid::ends_in_panic(&block);
     if !diverges {
         keep.checked(local::local(VALUE, value_at), None, value_at);
-        keep.returned(local::local(VALUE, Span::mixed_site()));
+        if returns_result(&block) {
+            keep.returned(local::local(VALUE, Span::mixed_site()));
+        }
     }
     let mut touch = TokenStream::new();
     for entry in options.keep.iter().flat_map(|k| &k.value) {
@@ -102,4 +104,23 @@ fn rewrite(ScopedBlock { options, block }: ScopedBlock) -> TokenStream {
         };
         #result
     }}
+}
+
+/// Whether the block's value is a call that returns a `Result` whatever the code around the
+/// block makes of it (tch's `y.f_backward()`, `.map_err(..)`, anyhow's `.context(..)`): the
+/// `keep_grad` hint looks at its `Err`. No other value is looked at: its type may be known
+/// only where the block is used (`let v: Vec<i32> = scope!({ it.collect() })`), and the
+/// hint's look, before that, would take it for a `Result`.
+fn returns_result(block: &syn::Block) -> bool {
+    let Some(Stmt::Expr(tail, None)) = block.stmts.last() else {
+        return false;
+    };
+    match valid::strip_parens(tail) {
+        syn::Expr::MethodCall(call) => {
+            let name = call.method.to_string();
+            name.starts_with("f_")
+                || matches!(name.as_str(), "map_err" | "context" | "with_context")
+        }
+        _ => false,
+    }
 }

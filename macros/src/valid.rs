@@ -430,7 +430,7 @@ fn is_place(expr: &Expr) -> bool {
     }
 }
 
-fn strip_parens(mut expr: &Expr) -> &Expr {
+pub(crate) fn strip_parens(mut expr: &Expr) -> &Expr {
     while let Expr::Paren(syn::ExprParen { expr: inner, .. })
     | Expr::Group(syn::ExprGroup { expr: inner, .. }) = expr
     {
