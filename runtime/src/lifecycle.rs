@@ -284,9 +284,9 @@ impl OpenScope {
             sites::leaked(self.opts.location);
         }
         // Every exit, checked or not (a panic, a dropped guard, `abandon`, an exit after the
-        // enclosing scope ended it).
-        tracing::debug!(target: "gpu_scope", report = %report.to_json(), "scope `{}` exited", report.name);
+        // enclosing scope ended it); the copy first, should a subscriber panic.
         report::set_last(&report);
+        tracing::debug!(target: "gpu_scope", report = %report.to_json(), "scope `{}` exited", report.name);
         report
     }
 
