@@ -779,12 +779,6 @@ fn a_scope_exited_inside_carried_work_leaves_that_work_charged() {
 #[test]
 fn a_scope_exited_inside_carried_work_leaves_its_modes_in_place() {
     let _serial = common::serial();
-    let grad_on = || {
-        floats(1)
-            .set_requires_grad(true)
-            .g_mul_scalar(2)
-            .requires_grad()
-    };
     let carrier = Scope::enter(strict("carrier")).unwrap();
     let handle = gpu_scope::current().unwrap();
     let (inside, after) = std::thread::spawn(move || {
@@ -804,6 +798,60 @@ fn a_scope_exited_inside_carried_work_leaves_its_modes_in_place() {
     assert_eq!(report.escaped.len(), 1, "{report}");
     assert_eq!(report.escaped[0].operator, Some("aten::zeros"), "{report}");
     SINK.lock().unwrap().clear();
+    // A scope still open inside the exited one (below the work) ends with it: its mode too is
+    // the work's to give back, the outermost's last.
+    let carrier = Scope::enter(strict("carrier")).unwrap();
+    let handle = gpu_scope::current().unwrap();
+    let (inside, after) = std::thread::spawn(move || {
+        let local = Scope::enter(strict("local").keep_grad_mode(true)).unwrap();
+        let _inner = Scope::enter(strict("inner")).unwrap();
+        let inside = handle.in_scope(move || {
+            let _ = local.exit(&());
+            grad_on()
+        });
+        (inside, grad_on())
+    })
+    .join()
+    .unwrap();
+    assert_eq!((inside, after), (false, true));
+    carrier.exit(&()).unwrap();
+}
+
+/// Whether the thread makes autograd graphs now.
+fn grad_on() -> bool {
+    floats(1)
+        .set_requires_grad(true)
+        .g_mul_scalar(2)
+        .requires_grad()
+}
+
+/// After a scope exited inside work carried onto its thread, the thread names no scope that
+/// turned autograd off once the work left: a panic for want of autograd there gets no hint.
+#[test]
+fn a_scope_exited_inside_carried_work_leaves_no_hint_behind() {
+    if common::in_child() {
+        let carrier = Scope::enter(strict("carrier")).unwrap();
+        let handle = gpu_scope::current().unwrap();
+        std::thread::spawn(move || {
+            let local = Scope::enter(strict("local")).unwrap();
+            handle.in_scope(move || drop(local.exit(&())));
+            let x = floats(1);
+            let panicked = std::panic::catch_unwind(|| x.sum(tch::Kind::Float).backward());
+            assert!(panicked.is_err(), "backward of a tensor that needs no grad");
+        })
+        .join()
+        .unwrap();
+        carrier.exit(&()).unwrap();
+        return;
+    }
+    let out = common::child(
+        "a_scope_exited_inside_carried_work_leaves_no_hint_behind",
+        &[],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("does not require grad"), "{stderr}");
+    assert!(!stderr.contains("gpu-scope: "), "{stderr}");
 }
 
 #[gpu_scope::gpu_scope(on_escape = ignore)]
@@ -820,12 +868,6 @@ async fn exits_a_scope_of_its_thread(own: Scope, grad_on: fn() -> bool) -> (bool
 /// the exited scope found after that poll, and the async scope keeps its own in the next.
 #[test]
 fn a_scope_exited_inside_an_async_scopes_poll_gives_the_thread_its_mode_after_it() {
-    fn grad_on() -> bool {
-        floats(1)
-            .set_requires_grad(true)
-            .g_mul_scalar(2)
-            .requires_grad()
-    }
     let own = Scope::enter(strict("own")).unwrap();
     let mut future = Box::pin(exits_a_scope_of_its_thread(own, grad_on));
     assert!(future.as_mut().poll(&mut noop_context()).is_pending());

@@ -47,8 +47,8 @@ pub fn current() -> Option<ScopeHandle> {
 struct Entered {
     token: Option<Token>,
     grad: Option<c_int>,
-    /// The length of the thread's list of scopes that turned autograd off, before the
-    /// handle's were added.
+    /// How many places of scopes that turned autograd off the handle added to the thread's
+    /// list.
     off: Option<usize>,
 }
 
@@ -61,8 +61,8 @@ impl Drop for Entered {
             ffi::autocast_clear();
             handed = thread::pop(token);
         }
-        if let Some(len) = self.off {
-            grad::uncarry(len);
+        if let Some(added) = self.off {
+            grad::uncarry(added);
         }
         // The mode of a scope of this thread that the work exited is the thread's own.
         if let Some(previous) = handed.or(self.grad) {

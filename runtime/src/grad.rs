@@ -60,25 +60,27 @@ pub(crate) fn places_off() -> Option<Arc<[Place]>> {
     .flatten()
 }
 
-/// Adds carried work's `places` (from [`places_off`]) to this thread's; returns the length to
+/// Adds carried work's `places` (from [`places_off`]) to this thread's; returns how many, to
 /// give back to [`uncarry`] when the work leaves (none during the thread's end, when the list
 /// may be gone already: a carried future dropped then).
 pub(crate) fn carry(places: &[Place]) -> Option<usize> {
-    OFF.try_with(|o| {
-        let mut off = o.borrow_mut();
-        let len = off.len();
-        off.extend_from_slice(places);
-        len
-    })
-    .ok()
+    OFF.try_with(|o| o.borrow_mut().extend_from_slice(places))
+        .ok()
+        .map(|()| places.len())
 }
 
-/// Takes carried work's places off this thread's list again (see [`carry`]).
-pub(crate) fn uncarry(len: usize) {
-    let _ = OFF.try_with(|o| o.borrow_mut().truncate(len));
-    if len == 0 {
-        let _ = HINTED.try_with(|h| h.set(false));
-    }
+/// Takes carried work's `added` places off the end of this thread's list again (see
+/// [`carry`]): the scopes opened in the work have left, and one of the thread's own that the
+/// work exited took its place out from below them.
+pub(crate) fn uncarry(added: usize) {
+    let _ = OFF.try_with(|o| {
+        let mut off = o.borrow_mut();
+        let len = off.len().saturating_sub(added);
+        off.truncate(len);
+        if len == 0 {
+            let _ = HINTED.try_with(|h| h.set(false));
+        }
+    });
 }
 
 /// This thread's autograd mode, for [`set`].

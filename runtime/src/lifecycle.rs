@@ -219,18 +219,27 @@ impl OpenScope {
         };
         // Scopes still open inside it end first, unchecked (bad input: scopes end innermost
         // first); the report says where they were opened.
+        // Work carried in above it that stays (its exit inside that work) keeps its mode: the
+        // modes of the scopes ending here are that work's to give back when it leaves.
+        let hand_up = self
+            .placed
+            .as_ref()
+            .map(|p| p.token)
+            .filter(|_| carried_above);
         let mut ended_inside = Vec::new();
         if !above.is_empty() {
             ended_inside = above.iter().filter_map(|f| f.location()).collect();
-            close_inner(&self.frame, &above, enclosing.as_ref(), &mut ended_inside);
+            close_inner(
+                &self.frame,
+                &above,
+                enclosing.as_ref(),
+                hand_up,
+                &mut ended_inside,
+            );
         }
         // Its own mode after theirs. An enclosing scope that ended it gave back its mode.
-        // Work carried in above it that stays (its exit inside that work) keeps its mode.
-        let token = self.placed.as_ref().map(|p| p.token);
         match self.frame.take_grad() {
-            Some(previous)
-                if carried_above && token.is_some_and(|t| thread::hand_mode_up(t, previous)) =>
-            {
+            Some(previous) if hand_up.is_some_and(|t| thread::hand_mode_up(t, previous)) => {
                 grad::forget(self.opts.location)
             }
             Some(previous) => grad::restore(previous, self.opts.location),
@@ -364,11 +373,10 @@ impl OpenScope {
         let (escaped, escaped_without_grad) = if closed.escaped.is_empty() {
             (Vec::new(), false)
         } else {
-            let without_grad = closed.escaped.iter().any(|(_, e)| e.made.grad_off);
-            (
-                escapes(std::mem::take(&mut closed.escaped)),
-                without_grad && self.opts.keep_grad_mode,
-            )
+            // Not what a scope inside found escaped (made with autograd off by default).
+            let without_grad = self.opts.keep_grad_mode
+                && (closed.escaped.iter()).any(|(_, e)| e.made.grad_off && !e.made.escaped);
+            (escapes(std::mem::take(&mut closed.escaped)), without_grad)
         };
         let mut held = if closed.held.is_empty() {
             Vec::new()
@@ -500,12 +508,14 @@ fn made_and_finished_in(finished_in: Option<Chain>, made_in: Option<&Chain>) -> 
 
 /// Scopes opened inside `frame` and still open end first, unchecked, into it (innermost
 /// first, each into the next); where the scopes they ended in turn were opened goes to `ended`.
+/// `hand_up`: `frame`'s level, below work carried in that stays (see `thread::hand_mode_up`).
 #[cold]
 #[inline(never)]
 fn close_inner(
     frame: &Arc<Frame>,
     above: &[Arc<Frame>],
     enclosing: Option<&Chain>,
+    hand_up: Option<thread::Token>,
     ended: &mut Vec<&'static std::panic::Location<'static>>,
 ) {
     let mut chain: Vec<Arc<Frame>> = enclosing.iter().flat_map(|c| c.iter().cloned()).collect();
@@ -515,9 +525,14 @@ fn close_inner(
     }
     for _ in 0..above.len() {
         let inner = chain.remove(0);
-        // Each gives back the autograd mode it found, as its own exit would have.
+        // Each gives back the autograd mode it found, as its own exit would have (the
+        // outermost's last).
         if let (Some(previous), Some(at)) = (inner.take_grad(), inner.location()) {
-            grad::restore(previous, at);
+            if hand_up.is_some_and(|t| thread::hand_mode_up(t, previous)) {
+                grad::forget(at)
+            } else {
+                grad::restore(previous, at)
+            }
         }
         ended.extend(ledger::end_unchecked(&inner, &Arc::from(chain.clone())));
     }

@@ -72,6 +72,9 @@ struct Level {
     origin: Option<Chain>,
     /// The thread's count of autograd graph nodes when the level was pushed.
     nodes: u64,
+    /// The autograd mode to give the thread when this level (work carried in) leaves, handed
+    /// up by a scope below it that ended first (see [`hand_mode_up`]).
+    handed: Option<c_int>,
 }
 
 /// Tells the frames of `levels` whether autograd graph nodes were made since they were pushed.
@@ -90,9 +93,6 @@ struct ThreadState {
     hooks: Cell<Option<ffi::ThreadHooks>>,
     /// The operator callback of attribution, and the level that installed it.
     ops: Cell<Option<(u64, Token)>>,
-    /// The autograd mode to give the thread when the level of carried work leaves, handed up
-    /// to it by a scope below it that ended first (see [`hand_mode_up`]).
-    handed: Cell<Option<(Token, c_int)>>,
 }
 
 impl Drop for ThreadState {
@@ -113,7 +113,6 @@ thread_local! {
         next: Cell::new(0),
         hooks: Cell::new(None),
         ops: Cell::new(None),
-        handed: Cell::new(None),
     };
 }
 
@@ -222,6 +221,7 @@ fn push_level(
             chain,
             origin,
             nodes: ffi::graph_nodes(),
+            handed: None,
         });
         Ok(token)
     });
@@ -271,15 +271,16 @@ pub(crate) fn around(token: Token) -> Option<(Vec<Arc<Frame>>, Option<Chain>, bo
 /// work is above it.
 pub(crate) fn hand_mode_up(token: Token, previous: c_int) -> bool {
     with_thread(|t| {
-        let stack = t.stack.borrow();
+        let mut stack = t.stack.borrow_mut();
         let Some(at) = stack.iter().rposition(|l| l.token == token) else {
             return false;
         };
-        let Some(above) = stack.get(ending_with(&stack, at)) else {
+        let end = ending_with(&stack, at);
+        let Some(above) = stack.get_mut(end) else {
             return false;
         };
         // A scope further down that ends later found an earlier mode: it overwrites this.
-        t.handed.set(Some((above.token, previous)));
+        above.handed = Some(previous);
         true
     })
 }
@@ -293,6 +294,7 @@ pub(crate) fn pop(token: Token) -> Option<c_int> {
         let mut stack = t.stack.borrow_mut();
         let at = stack.iter().rposition(|l| l.token == token)?;
         let end = ending_with(&stack, at);
+        let handed = stack[at].handed;
         let mut ops_ended = t
             .ops
             .get()
@@ -334,11 +336,7 @@ pub(crate) fn pop(token: Token) -> Option<c_int> {
         if empty && t.hooks.take().is_some() {
             ffi::thread_leave();
         }
-        let handed = t.handed.get().filter(|(level, _)| *level == token);
-        handed.map(|(_, mode)| {
-            t.handed.set(None);
-            mode
-        })
+        handed
     })
 }
 
