@@ -700,6 +700,13 @@ fn state_after_accumulated_gradients_is_escaped_and_the_report_says_keep_the_opt
         r.to_string().contains("keep the optimizer: `keep = [opt]`"),
         "{r}"
     );
+    // What a scope inside found escaped (made with autograd off there) is no step's state.
+    let r = escaped(scope(strict("around a leak").keep_grad_mode(true), || {
+        let inner = ScopeOptions::new("leaks").on_escape(gpu_scope::EscapePolicy::Ignore);
+        let _ = scope(inner, || LEAKED.lock().unwrap().push(floats(4)));
+    }));
+    assert!(!r.escaped_without_grad, "{r}");
+    LEAKED.lock().unwrap().clear();
     // No backward: no such hint beside an escape.
     let r = escaped(scope(strict("no backward"), || {
         LEAKED.lock().unwrap().push(floats(4))

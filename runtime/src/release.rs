@@ -32,9 +32,10 @@ pub(crate) fn run(
         ReleasePolicy::Outermost => outermost && (!used.is_empty() || blind),
         ReleasePolicy::Always | ReleasePolicy::Above(_) => true,
     };
-    match looks {
-        true => look(policy, used, blind),
-        false => Released::default(),
+    if looks {
+        look(policy, used, blind)
+    } else {
+        Released::default()
     }
 }
 

@@ -627,12 +627,11 @@ impl fmt::Display for ScopeReport {
         if !self.escaped.is_empty() {
             self.escape_table(f)?;
             if self.backward || self.escaped_without_grad {
-                let why = match self.backward {
-                    true => "a backward pass ran here",
-                    false => {
-                        "what escaped was made with autograd off in a `keep_grad` scope, as \
-                              an optimizer's step makes its state"
-                    }
+                let why = if self.backward {
+                    "a backward pass ran here"
+                } else {
+                    "what escaped was made with autograd off in a `keep_grad` scope, as an \
+                     optimizer's step makes its state"
                 };
                 writeln!(
                     f,
