@@ -475,6 +475,11 @@ fn budget_over_u64() -> Result<Tensor, Error> {
     Ok(floats(4))
 }
 
+#[gpu_scope(on_escape = error, max_peak = (1 << 127) - 1)]
+fn budget_past_i128() -> Result<Tensor, Error> {
+    Ok(floats(4))
+}
+
 #[gpu_scope(on_escape = error, max_peak = 4 - 8 + (1 << 10))]
 fn budget_with_a_negative_step() -> Result<Tensor, Error> {
     Ok(floats(4))
@@ -489,6 +494,8 @@ fn budget_from_any_integer_expression() {
     assert_eq!(last_report().unwrap().max_peak, Some(8 << 30));
     // Too large for `u64`: no limit.
     assert!(budget_over_u64().is_ok());
+    assert_eq!(last_report().unwrap().max_peak, None);
+    assert!(budget_past_i128().is_ok());
     assert_eq!(last_report().unwrap().max_peak, None);
     // Worked out whole, as written: no step is typed on its own.
     assert!(budget_with_a_negative_step().is_ok());

@@ -129,7 +129,8 @@ fn a_block_that_always_panics_ends_its_scope_unchecked() {
 }
 
 /// A block's value whose type is known only where the block is used (`collect`, `Default`,
-/// `into`, a nested block that panics) is taken as the code around it says.
+/// `into`, a nested block that panics) is taken as the code around it says (this file did not
+/// compile when the `keep_grad` hint's look took such a value for a `Result`).
 #[test]
 fn a_value_typed_by_the_code_around_the_block() {
     let squares: Vec<Tensor> = scope!({ (1..4).map(|n| floats(n) * 2).collect() });

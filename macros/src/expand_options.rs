@@ -48,24 +48,20 @@ pub(crate) fn scope_options(
     if let Some(max_peak) = &options.max_peak {
         let call = match &max_peak.value {
             Bytes::Size(bytes) => quote_spanned!(span=> .max_peak(#bytes)),
-            // Worked out here, so that `8 * 1024 * 1024 * 1024` does not overflow `i32`, `1
-            // << 70` (too large for `u64`: no limit) does not overflow at all, and `4 - 8 + 8`
-            // has no negative step (a negative value or an overflow was refused, see valid.rs).
-            Bytes::Expr(expr) if literal_arithmetic(expr) => {
-                let bytes = match literal_value(expr).and_then(|v| u128::try_from(v).ok()) {
-                    Some(v) => Literal::u128_suffixed(v).into_token_stream(),
-                    None => typed(expr, |at| quote_spanned!(at=> u128)),
+            // Literals joined by arithmetic are worked out here (valid.rs refused a negative
+            // value), so that `8 * 1024 * 1024 * 1024` does not overflow `i32` and `4 - 8 +
+            // 1024` has no negative step; one too large for `u64` is no limit. Any other
+            // expression: any integer type (and nothing else: `true` is no budget), evaluated
+            // once; a negative one is refused on entry.
+            Bytes::Expr(expr) => {
+                let bytes = match literal_arithmetic(expr).then(|| literal_value(expr)) {
+                    Some(Some(v)) => {
+                        Literal::u128_suffixed(u128::try_from(v).unwrap_or(0)).into_token_stream()
+                    }
+                    _ => expr.to_token_stream(),
                 };
                 let bytes = quote_spanned! {local::at(expr.span())=>
                     #private::MaxPeak::bytes(#bytes)
-                };
-                quote_spanned!(span=> .max_peak_budget(#bytes))
-            }
-            // Any integer type (and nothing else: `true` is no budget), evaluated once; a
-            // negative one is refused on entry.
-            Bytes::Expr(expr) => {
-                let bytes = quote_spanned! {local::at(expr.span())=>
-                    #private::MaxPeak::bytes(#expr)
                 };
                 quote_spanned!(span=> .max_peak_budget(#bytes))
             }
@@ -100,12 +96,17 @@ fn typed(expr: &Expr, ty: impl FnOnce(Span) -> TokenStream) -> TokenStream {
     quote_spanned! {at=> { let value: #ty = #expr; value } }
 }
 
-/// The value of integer literals joined by arithmetic ([`literal_arithmetic`]), worked out
-/// as the compiler would in `i128`; `None` if a step overflows it or divides by zero.
+/// The value of integer literals joined by arithmetic ([`literal_arithmetic`]), worked out in
+/// `i128`, a step past its range held at its end (past `u64` is no limit all the same);
+/// `None` where a step has no value (a division by zero, a shift by a negative amount or by
+/// 128 or more).
 pub(crate) fn literal_value(expr: &Expr) -> Option<i128> {
     match expr {
         Expr::Lit(lit) => match &lit.lit {
-            Lit::Int(i) => i.base10_parse().ok(),
+            Lit::Int(i) => i
+                .base10_parse::<u128>()
+                .ok()
+                .map(|v| i128::try_from(v).unwrap_or(i128::MAX)),
             _ => None,
         },
         Expr::Paren(p) => literal_value(&p.expr),
@@ -113,13 +114,15 @@ pub(crate) fn literal_value(expr: &Expr) -> Option<i128> {
         Expr::Binary(b) => {
             let (l, r) = (literal_value(&b.left)?, literal_value(&b.right)?);
             match b.op {
-                BinOp::Add(_) => l.checked_add(r),
-                BinOp::Sub(_) => l.checked_sub(r),
-                BinOp::Mul(_) => l.checked_mul(r),
+                BinOp::Add(_) => Some(l.saturating_add(r)),
+                BinOp::Sub(_) => Some(l.saturating_sub(r)),
+                BinOp::Mul(_) => Some(l.saturating_mul(r)),
                 BinOp::Div(_) => l.checked_div(r),
                 BinOp::Rem(_) => l.checked_rem(r),
-                // Shifted bits must not be lost (`checked_shl` checks only the shift).
-                BinOp::Shl(_) if (0..127).contains(&r) => l.checked_mul(1 << r),
+                // 2^127 is past `i128`: held at its end, as a product would be.
+                BinOp::Shl(_) if (0..128).contains(&r) => {
+                    Some(l.saturating_mul(if r < 127 { 1 << r } else { i128::MAX }))
+                }
                 BinOp::Shr(_) if (0..128).contains(&r) => Some(l >> r),
                 BinOp::BitAnd(_) => Some(l & r),
                 BinOp::BitOr(_) => Some(l | r),

@@ -387,15 +387,16 @@ fn validate_options(options: &Options, errors: &mut Errors) {
         return;
     };
     const NEGATIVE: &str = "`max_peak` is a number of bytes and cannot be negative";
-    // Worked out here: the compiler's own overflow error would name the macro's types.
+    // Worked out here, as the expansion works it out (expand_options.rs).
     if literal_arithmetic(expr) {
         match literal_value(expr) {
             Some(bytes) if bytes < 0 => errors.push_spanned(expr, NEGATIVE),
             Some(_) => {}
             None => errors.push_spanned(
                 expr,
-                "`max_peak`'s arithmetic overflows or divides by zero: write a number of bytes \
-                 (one over u64::MAX means no limit), or a size string such as \"64 GiB\"",
+                "`max_peak`'s arithmetic has no value (a division by zero, or a shift by a \
+                 negative amount or by 128 or more): write a number of bytes (one over u64::MAX \
+                 means no limit), or a size string such as \"64 GiB\"",
             ),
         }
         return;
