@@ -217,8 +217,6 @@ impl OpenScope {
             // Off every stack: it ends where it was last placed.
             None => (vec![], self.polled_in.take(), false),
         };
-        // Scopes still open inside it end first, unchecked (bad input: scopes end innermost
-        // first); the report says where they were opened.
         // Work carried in above it that stays (its exit inside that work) keeps its mode: the
         // modes of the scopes ending here are that work's to give back when it leaves.
         let hand_up = self
@@ -226,6 +224,8 @@ impl OpenScope {
             .as_ref()
             .map(|p| p.token)
             .filter(|_| carried_above);
+        // Scopes still open inside it end first, unchecked (bad input: scopes end innermost
+        // first); the report says where they were opened.
         let mut ended_inside = Vec::new();
         if !above.is_empty() {
             ended_inside = above.iter().filter_map(|f| f.location()).collect();
@@ -239,10 +239,7 @@ impl OpenScope {
         }
         // Its own mode after theirs. An enclosing scope that ended it gave back its mode.
         match self.frame.take_grad() {
-            Some(previous) if hand_up.is_some_and(|t| thread::hand_mode_up(t, previous)) => {
-                grad::forget(self.opts.location)
-            }
-            Some(previous) => grad::restore(previous, self.opts.location),
+            Some(previous) => give_back_mode(previous, self.opts.location, hand_up),
             None if !self.opts.keep_grad_mode => grad::forget(self.opts.location),
             None => {}
         }
@@ -515,7 +512,7 @@ fn close_inner(
     frame: &Arc<Frame>,
     above: &[Arc<Frame>],
     enclosing: Option<&Chain>,
-    hand_up: Option<thread::Token>,
+    hand_up: Option<Token>,
     ended: &mut Vec<&'static std::panic::Location<'static>>,
 ) {
     let mut chain: Vec<Arc<Frame>> = enclosing.iter().flat_map(|c| c.iter().cloned()).collect();
@@ -528,13 +525,20 @@ fn close_inner(
         // Each gives back the autograd mode it found, as its own exit would have (the
         // outermost's last).
         if let (Some(previous), Some(at)) = (inner.take_grad(), inner.location()) {
-            if hand_up.is_some_and(|t| thread::hand_mode_up(t, previous)) {
-                grad::forget(at)
-            } else {
-                grad::restore(previous, at)
-            }
+            give_back_mode(previous, at, hand_up);
         }
         ended.extend(ledger::end_unchecked(&inner, &Arc::from(chain.clone())));
+    }
+}
+
+/// Gives the thread back `previous`, the autograd mode the scope opened at `at` found; with
+/// work carried in above the level `hand_up` that stays, hands it to that work instead, which
+/// gives it back when it leaves (`thread::hand_mode_up`).
+fn give_back_mode(previous: i32, at: grad::Place, hand_up: Option<Token>) {
+    if hand_up.is_some_and(|t| thread::hand_mode_up(t, previous)) {
+        grad::forget(at)
+    } else {
+        grad::restore(previous, at)
     }
 }
 
