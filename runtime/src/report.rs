@@ -319,6 +319,15 @@ impl ScopeReport {
     }
 }
 
+/// `serialize_struct` with its fields, their number taken from the list.
+macro_rules! serialize_fields {
+    ($serializer:expr, $name:literal, { $($field:literal => $value:expr),* $(,)? }) => {{
+        let mut s = $serializer.serialize_struct($name, [$($field),*].len())?;
+        $(s.serialize_field($field, $value)?;)*
+        s.end()
+    }};
+}
+
 /// The status and the versions, then the fields, places as `file:line` and durations in
 /// microseconds.
 impl Serialize for ScopeReport {
@@ -357,38 +366,40 @@ impl Serialize for ScopeReport {
         } = self;
         let micros = |d: &Duration| d.as_micros() as u64;
         let ended_inside: Vec<String> = ended_inside.iter().map(|l| place(l)).collect();
-        let mut s = serializer.serialize_struct("ScopeReport", 29)?;
-        s.serialize_field("versions", &crate::versions())?;
-        s.serialize_field("status", self.status())?;
-        s.serialize_field("name", name)?;
-        s.serialize_field("location", &place(location))?;
-        s.serialize_field("devices", devices)?;
-        s.serialize_field("allocations", allocations)?;
-        s.serialize_field("allocated", allocated)?;
-        s.serialize_field("requested", requested)?;
-        s.serialize_field("freed", freed)?;
-        s.serialize_field("peak", peak)?;
-        s.serialize_field("kept", kept)?;
-        s.serialize_field("escaped_bytes", escaped_bytes)?;
-        s.serialize_field("escaped_requested", escaped_requested)?;
-        s.serialize_field("escaped", escaped)?;
-        s.serialize_field("held", held)?;
-        s.serialize_field("opaque_kept", opaque_kept)?;
-        s.serialize_field("uninspected_kept", uninspected_kept)?;
-        s.serialize_field("lending_args", lending_args)?;
-        s.serialize_field("untracked", untracked)?;
-        s.serialize_field("cache_released", cache_released)?;
-        s.serialize_field("released", released)?;
-        s.serialize_field("max_peak", max_peak)?;
-        s.serialize_field("checked", checked)?;
-        s.serialize_field("ended_inside", &ended_inside)?;
-        s.serialize_field("attributed", attributed)?;
-        s.serialize_field("backward", backward)?;
-        s.serialize_field("escaped_without_grad", escaped_without_grad)?;
-        s.serialize_field("cancelled", cancelled)?;
-        s.serialize_field("started", &micros(started))?;
-        s.serialize_field("elapsed", &micros(elapsed))?;
-        s.end()
+        // The fields counted from the list itself: the length hint formats such as CBOR write
+        // ahead of the fields cannot fall out of step with them.
+        serialize_fields!(serializer, "ScopeReport", {
+            "versions" => &crate::versions(),
+            "status" => self.status(),
+            "name" => name,
+            "location" => &place(location),
+            "devices" => devices,
+            "allocations" => allocations,
+            "allocated" => allocated,
+            "requested" => requested,
+            "freed" => freed,
+            "peak" => peak,
+            "kept" => kept,
+            "escaped_bytes" => escaped_bytes,
+            "escaped_requested" => escaped_requested,
+            "escaped" => escaped,
+            "held" => held,
+            "opaque_kept" => opaque_kept,
+            "uninspected_kept" => uninspected_kept,
+            "lending_args" => lending_args,
+            "untracked" => untracked,
+            "cache_released" => cache_released,
+            "released" => released,
+            "max_peak" => max_peak,
+            "checked" => checked,
+            "ended_inside" => &ended_inside,
+            "attributed" => attributed,
+            "backward" => backward,
+            "escaped_without_grad" => escaped_without_grad,
+            "cancelled" => cancelled,
+            "started" => &micros(started),
+            "elapsed" => &micros(elapsed),
+        })
     }
 }
 
