@@ -16,8 +16,8 @@ use std::sync::OnceLock;
 /// back, escaped or given to [`keep_forever`](crate::keep_forever()): until freed;
 /// `allocated == reserved`, exact), and their
 /// peak, counted in sixteen counters, one per allocating thread by its number modulo 16 (so
-/// that threads seldom share one): exact when one thread has held such blocks since the last
-/// [`reset_peak`] (a counter starts at what it held then), otherwise the sum of each counter's
+/// that threads seldom share one): exact when every such block alive since the last [`reset_peak`]
+/// was allocated by one thread (a counter starts at what it held then), otherwise the sum of each counter's
 /// highest since then, also of threads that allocated one after the other in different
 /// counters (those sharing a counter count together; never below the true peak; a scope's
 /// report has its own exact peak).

@@ -533,8 +533,10 @@ impl fmt::Display for ScopeReport {
             at.file(),
             at.line()
         )?;
+        // Values right-aligned in one column, as wide as the longest status needs.
+        let width = self.status().len().max(12);
         let row = |f: &mut fmt::Formatter<'_>, label: &str, value: String| {
-            writeln!(f, "  {label:<18} {value:>12}")
+            writeln!(f, "  {label:<18} {value:>width$}")
         };
         row(f, "status", self.status().to_owned())?;
         row(f, "allocated", Bytes(self.allocated).to_string())?;
@@ -846,6 +848,25 @@ mod tests {
         for (bytes, text) in cases {
             assert_eq!(Bytes(bytes).to_string(), text);
         }
+    }
+
+    /// The table's values end in one column, a long status too.
+    #[test]
+    fn a_long_status_keeps_the_values_in_one_column() {
+        let mut r = report("over", 1);
+        r.peak = 8;
+        assert_eq!(r.status(), "escaped, over budget");
+        let text = r.to_string();
+        let ends: Vec<usize> = ["status", "peak", "escaped", "elapsed"]
+            .iter()
+            .map(|label| {
+                let line = text.lines().find(|l| l.trim_start().starts_with(label));
+                line.unwrap_or_else(|| panic!("no {label} row in {text}"))
+                    .chars()
+                    .count()
+            })
+            .collect();
+        assert!(ends.iter().all(|&e| e == ends[0]), "{ends:?} in\n{text}");
     }
 
     /// A peak over the budget by less than the rounding of both says by how much.
