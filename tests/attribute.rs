@@ -121,6 +121,35 @@ impl Decoder {
     }
 }
 
+impl Decoder {
+    /// A macro defined in the body sees the body's `self` and arguments (they are locals
+    /// declared before it).
+    #[gpu_scope(on_escape = error)]
+    fn step_by_macro(&mut self, n: i64) -> Result<usize, Error> {
+        macro_rules! push {
+            ($t:expr) => {
+                self.cache.push($t)
+            };
+        }
+        macro_rules! twice {
+            () => {
+                2 * n
+            };
+        }
+        push!(floats(twice!()));
+        Ok(self.cache.len())
+    }
+}
+
+#[test]
+fn a_macro_defined_in_the_body_uses_self_and_the_arguments() {
+    let mut d = Decoder::default();
+    assert_eq!(d.step_by_macro(2).unwrap(), 1);
+    let r = last_report().unwrap();
+    assert_eq!((r.kept, r.escaped_bytes), (16, 0));
+    assert_eq!(d.cache[0].size(), [4]);
+}
+
 #[test]
 fn method_with_mut_self_growing_a_cache() {
     let mut d = Decoder::default();

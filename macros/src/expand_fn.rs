@@ -384,12 +384,17 @@ fn never_returns(func: &ItemFn, opts: TokenStream, private: &TokenStream) -> Tok
 
 /// The items a body opens with, and the rest: the items stay first, before the statements
 /// added to the body (as written, they are not items after statements, which
-/// `clippy::items_after_statements` lints).
+/// `clippy::items_after_statements` lints). A `macro_rules!` definition and what follows it
+/// stay after them: such a macro sees only the locals declared before it, and the body's
+/// `self` and arguments are those locals.
 fn leading_items(stmts: &[Stmt]) -> (&[Stmt], &[Stmt]) {
     stmts.split_at(
         stmts
             .iter()
-            .take_while(|s| matches!(s, Stmt::Item(_)))
+            .take_while(|s| match s {
+                Stmt::Item(syn::Item::Macro(m)) => m.ident.is_none(),
+                s => matches!(s, Stmt::Item(_)),
+            })
             .count(),
     )
 }
