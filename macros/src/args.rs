@@ -323,6 +323,7 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
         if r.mutability.is_none() {
             // `Option<&T>` is `Copy`: the body copies it, and it is searched after.
             args.roots.push((quote!(#name), true));
+            rebind_mut_copy(p, name, uses, args);
             return;
         }
         // A named lifetime may have to outlive the body (stored in `self` or another argument):
@@ -358,6 +359,9 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
                 return;
             }
             args.roots.push((quote!(#name), r.mutability.is_none()));
+            if let (None, Pat::Ident(p)) = (r.mutability, &mut *pat) {
+                rebind_mut_copy(p, &name, uses, args);
+            }
             if r.mutability.is_some() && mentions(uses.body.clone(), &name) {
                 // The body gets a reborrow, so that moving it there (`for t in xs`) leaves
                 // the argument to be searched after.
@@ -510,6 +514,16 @@ pub(crate) fn take_self(this: Token![self], private: &TokenStream) -> TokenStrea
             let #local = #this;
             return #private::never();
         }
+    }
+}
+
+/// `mut x: &T` (or `Option<&T>`): the body gets a copy to reassign (`x = &other`), so that
+/// what is searched after it is what the caller passed.
+fn rebind_mut_copy(p: &mut syn::PatIdent, name: &Ident, uses: Uses<'_>, args: &mut Args) {
+    if p.mutability.is_some() && mentions(uses.body.clone(), name) {
+        let mutability = p.mutability.take();
+        args.rebinds
+            .push(quote_spanned! {local::at(name.span())=> let #mutability #name = #name;});
     }
 }
 
