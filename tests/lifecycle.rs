@@ -556,7 +556,8 @@ fn a_scope_nested_past_the_limit_is_refused() {
     match Scope::enter(opts()) {
         Err(e @ Error::TooDeep { limit: 4096 }) => {
             assert!(
-                e.to_string().contains("open the scope around a recursion"),
+                e.to_string().contains("open the scope around a recursion")
+                    && e.to_string().contains("`mem::forget`"),
                 "{e}"
             )
         }

@@ -110,7 +110,9 @@ impl fmt::Display for Error {
             Error::TooDeep { limit } => write!(
                 f,
                 "gpu-scope: more than {limit} scopes would be nested on this thread; open the \
-                 scope around a recursion rather than inside it"
+                 scope around a recursion rather than inside it, and end each scope opened \
+                 here (a guard given to `mem::forget` or leaked stays open until its thread \
+                 ends)"
             ),
             Error::ThreadEnding => write!(
                 f,

@@ -582,11 +582,12 @@ impl fmt::Display for ScopeReport {
                 "  (bytes are allocator blocks; `requested` is what the tensors asked for{not_known})"
             )?;
         }
+        // Without a device, the reason says which devices (every accelerator; the CPU too).
         for u in &self.untracked {
-            let device = u
-                .device
-                .map_or("every accelerator".to_owned(), |d| d.to_string());
-            writeln!(f, "  not tracked on {device}: {}", u.reason)?;
+            match u.device {
+                Some(device) => writeln!(f, "  not tracked on {device}: {}", u.reason)?,
+                None => writeln!(f, "  not tracked: {}", u.reason)?,
+            }
         }
         if !self.checked {
             writeln!(f, "  (not checked: the scope ended early)")?;
@@ -867,6 +868,32 @@ mod tests {
             })
             .collect();
         assert!(ends.iter().all(|&e| e == ends[0]), "{ends:?} in\n{text}");
+    }
+
+    /// A line on what was not seen names its device, or lets its reason say which.
+    #[test]
+    fn not_tracked_lines_name_a_device_or_let_the_reason_say() {
+        let mut r = report("blind", 0);
+        let reason = "it ran where nothing was seen, on the CPU too";
+        r.untracked = vec![
+            Untracked {
+                device: None,
+                reason,
+            },
+            Untracked {
+                device: Some(DeviceId::CPU),
+                reason,
+            },
+        ];
+        let text = r.to_string();
+        assert!(
+            text.contains(&format!("\n  not tracked: {reason}\n")),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("\n  not tracked on cpu: {reason}\n")),
+            "{text}"
+        );
     }
 
     /// A peak over the budget by less than the rounding of both says by how much.
