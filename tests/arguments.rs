@@ -1133,6 +1133,30 @@ fn an_owned_nn_path_is_named_in_the_hint() {
     );
 }
 
+#[gpu_scope(on_escape = error)]
+fn each_row(x: &Tensor, mut sink: impl FnMut(Tensor)) -> Result<(), Error> {
+    for row in x.unbind(0) {
+        sink(&row * 2);
+    }
+    Ok(())
+}
+
+/// An owned closure may capture the caller's `&mut`: what the body handed it is called
+/// escaped, and the hint names the closure and what to pass instead.
+#[test]
+fn an_owned_closure_is_named_in_the_hint_of_an_escape() {
+    let mut rows = Vec::new();
+    let err = each_row(&floats(2).reshape([2, 1]), |t| rows.push(t)).unwrap_err();
+    let report = err.report().unwrap();
+    assert_eq!(report.lending_args, ["`sink: impl FnMut(Tensor)`"]);
+    assert!(
+        err.to_string().contains("(`out: &mut Vec<Tensor>`)"),
+        "{err}"
+    );
+    drop(rows);
+    each_row(&floats(2).reshape([2, 1]), drop).unwrap();
+}
+
 /// What the body stores through an owned argument that borrows from the caller cannot be
 /// searched: it is called escaped, and the report's hint names the argument and what to do.
 #[test]
@@ -1145,7 +1169,7 @@ fn an_owned_argument_that_borrows_is_named_in_the_hint_of_an_escape() {
     assert_eq!(report.lending_args, ["`ctx: Ctx<'_>`"]);
     let text = err.to_string();
     assert!(
-        text.contains("hint: owned argument(s) `ctx: Ctx<'_>` borrow from the caller")
+        text.contains("hint: owned argument(s) `ctx: Ctx<'_>` may borrow from the caller")
             && text.contains("(`ctx: &mut Ctx`)"),
         "{text}"
     );

@@ -414,6 +414,7 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
             } else if types::has_lifetime_argument(ty)
                 || types::reaches_cell(ty)
                 || types::is_nn_path(ty)
+                || types::is_closure(ty)
             {
                 let ty = types::shown(ty);
                 args.lending.push(format!("`{what}: {ty}`"));

@@ -172,6 +172,21 @@ pub(crate) fn is_nn_path(ty: &Type) -> bool {
         if last.ident == "Path" && before.ident == "nn" && last.arguments.is_none())
 }
 
+/// Whether this is a closure (`impl FnMut(Tensor)`, `Box<dyn Fn(&Tensor)>`): it may capture
+/// a `&mut` borrow of the caller's data, which nothing can search.
+pub(crate) fn is_closure(ty: &Type) -> bool {
+    struct Finder(bool);
+    impl Visit<'_> for Finder {
+        fn visit_trait_bound(&mut self, b: &syn::TraitBound) {
+            let last = b.path.segments.last();
+            self.0 |= last.is_some_and(|s| ["Fn", "FnMut", "FnOnce"].iter().any(|f| s.ident == f));
+        }
+    }
+    let mut finder = Finder(false);
+    finder.visit_type(ty);
+    finder.0
+}
+
 /// Whether an owned value of this type holds a `&mut` borrow of the caller's data: a `&mut`
 /// written in it (`(&Tensor, &mut Vec<Tensor>)`). One hidden in a type it names (`Ctx<'_>`) is
 /// not seen: a lifetime alone says nothing of mutability (`Cow<'_, str>`, `nn::Path<'_>`), and

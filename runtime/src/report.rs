@@ -218,9 +218,10 @@ pub struct ScopeReport {
     /// else keeps was counted as `not inspected`.
     pub uninspected_kept: Vec<&'static str>,
     /// Owned arguments of a `#[gpu_scope]` function whose type borrows from the caller (`ctx:
-    /// Ctx<'_>`, `cells: Vec<&RefCell<T>>`, `guard: RefMut<T>`): the body consumed them, so
-    /// what it stored through a `&mut` or a cell in them could not be searched and is called
-    /// escaped. A report with escapes names them in a hint.
+    /// Ctx<'_>`, `cells: Vec<&RefCell<T>>`, `guard: RefMut<T>`) or may (a closure, `sink: impl
+    /// FnMut(Tensor)`): the body consumed them, so what it stored through a `&mut` or a cell
+    /// in them could not be searched and is called escaped. A report with escapes names them
+    /// in a hint.
     pub lending_args: Vec<&'static str>,
     /// Devices on which allocations could not be seen: the report is "not tracked" there
     /// rather than clean.
@@ -665,10 +666,12 @@ impl fmt::Display for ScopeReport {
             if !self.lending_args.is_empty() {
                 writeln!(
                     f,
-                    "  hint: owned argument(s) {} borrow from the caller and died in the body \
-                     unsearched: tensors the body stored through a `&mut` or a cell in them \
-                     are called escaped here; take such an argument by reference \
-                     (`ctx: &mut Ctx`), which is searched after the body",
+                    "  hint: owned argument(s) {} may borrow from the caller and died in the \
+                     body unsearched: tensors the body stored through a `&mut` or a cell in \
+                     them (a closure's captures too) are called escaped here; take such an \
+                     argument by reference (`ctx: &mut Ctx`), which is searched after the body, \
+                     or pass what a closure stores into as an argument of its own (`out: &mut \
+                     Vec<Tensor>`)",
                     self.lending_args.join(", ")
                 )?;
             }
