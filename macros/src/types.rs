@@ -172,14 +172,16 @@ pub(crate) fn is_nn_path(ty: &Type) -> bool {
         if last.ident == "Path" && before.ident == "nn" && last.arguments.is_none())
 }
 
-/// Whether this is a closure (`impl FnMut(Tensor)`, `Box<dyn Fn(&Tensor)>`): it may capture
-/// a `&mut` borrow of the caller's data, which nothing can search.
+/// Whether this is a closure that may store what it is given (`impl FnMut(Tensor)`,
+/// `Box<dyn FnOnce(Tensor)>`): it may capture a `&mut` borrow of the caller's data, which
+/// nothing can search. An `Fn` one cannot change its captures but through a cell: the usual
+/// transform (`f: impl Fn(&Tensor) -> Tensor`) is not named.
 pub(crate) fn is_closure(ty: &Type) -> bool {
     struct Finder(bool);
     impl Visit<'_> for Finder {
         fn visit_trait_bound(&mut self, b: &syn::TraitBound) {
             let last = b.path.segments.last();
-            self.0 |= last.is_some_and(|s| ["Fn", "FnMut", "FnOnce"].iter().any(|f| s.ident == f));
+            self.0 |= last.is_some_and(|s| s.ident == "FnMut" || s.ident == "FnOnce");
         }
     }
     let mut finder = Finder(false);
