@@ -1157,6 +1157,49 @@ fn an_owned_closure_is_named_in_the_hint_of_an_escape() {
     each_row(&floats(2).reshape([2, 1]), drop).unwrap();
 }
 
+#[gpu_scope(on_escape = error)]
+fn gated(
+    #[cfg(test)] out: &mut Vec<Tensor>,
+    #[cfg(test)] mut grown: Tensor,
+    #[cfg(not(test))] absent: &mut Vec<Tensor>,
+    #[cfg(test)] (a, _b): (Tensor, Tensor),
+    #[cfg(test)] more: Option<&mut Vec<Tensor>>,
+) -> Result<(), Error> {
+    out.push(floats(4));
+    let _ = grown.resize_([50]);
+    if let Some(more) = more {
+        more.push(&a + 1);
+    }
+    Ok(())
+}
+
+#[gpu_scope(on_escape = error)]
+async fn gated_later(
+    #[cfg(test)] out: &mut Vec<Tensor>,
+    #[cfg(not(test))] absent: Tensor,
+) -> Result<(), Error> {
+    out.push(floats(4));
+    Ok(())
+}
+
+/// An argument under `#[cfg]` is searched, or moved into the scope, where it exists.
+#[test]
+fn arguments_under_cfg_are_searched_where_they_exist() {
+    let (mut out, mut more) = (Vec::new(), Vec::new());
+    kept(gated(
+        &mut out,
+        floats(1),
+        (floats(1), floats(1)),
+        Some(&mut more),
+    ));
+    assert_eq!((out.len(), more.len()), (1, 1));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    kept(runtime.block_on(gated_later(&mut out)));
+    assert_eq!(out.len(), 2);
+}
+
 /// What the body stores through an owned argument that borrows from the caller cannot be
 /// searched: it is called escaped, and the report's hint names the argument and what to do.
 #[test]

@@ -29,11 +29,11 @@ use syn::{Block, FnArg, Pat, ReturnType, Signature, Token, Type};
 #[derive(Default)]
 pub(crate) struct Args {
     /// Borrowed arguments and receivers, and whether each is a shared borrow.
-    pub roots: Vec<(TokenStream, bool)>,
+    pub roots: Vec<Gated<(TokenStream, bool)>>,
     /// Statements that move the owned bindings into the body.
     pub rebinds: Vec<TokenStream>,
     /// Owned arguments that may be `Arc` or `Rc` handles.
-    pub owned: Vec<TokenStream>,
+    pub owned: Vec<Gated<TokenStream>>,
     /// A `self: Pin<&mut Self>` or `&mut self` receiver that the body gets a reborrow of (see
     /// `rename_self`), so that the body may move it and it is still searched after.
     pub renamed_self: Option<RenamedSelf>,
@@ -42,10 +42,44 @@ pub(crate) struct Args {
     /// `&mut` arguments that cannot be searched after the body (the return value may borrow
     /// from them, or they move into it), described for the report, which names them as not
     /// inspected.
-    pub unsearched: Vec<String>,
+    pub unsearched: Vec<Gated<String>>,
     /// Owned arguments whose type borrows from the caller (`ctx: Ctx<'_>`), described for the
     /// hint of a report with escapes: what the body stored through them cannot be searched.
-    pub lending: Vec<String>,
+    pub lending: Vec<Gated<String>>,
+    /// The `#[cfg]` attributes of the argument being sorted.
+    cfg: TokenStream,
+}
+
+/// Something generated for an argument, with the argument's `#[cfg]` attributes (empty for
+/// most): what names an argument that may not exist goes under the same condition.
+pub(crate) struct Gated<T> {
+    pub cfg: TokenStream,
+    pub item: T,
+}
+
+impl Args {
+    fn root(&mut self, value: TokenStream, shared: bool) {
+        let cfg = self.cfg.clone();
+        self.roots.push(Gated {
+            cfg,
+            item: (value, shared),
+        });
+    }
+
+    fn own(&mut self, value: TokenStream) {
+        let cfg = self.cfg.clone();
+        self.owned.push(Gated { cfg, item: value });
+    }
+
+    fn unsearch(&mut self, what: String) {
+        let cfg = self.cfg.clone();
+        self.unsearched.push(Gated { cfg, item: what });
+    }
+
+    fn lend(&mut self, what: String) {
+        let cfg = self.cfg.clone();
+        self.lending.push(Gated { cfg, item: what });
+    }
 }
 
 /// A receiver the body gets a reborrow of, under another name: `this` with the `mut` the user
@@ -200,10 +234,10 @@ pub(crate) fn classify(sig: &mut Signature, body: &Block, options: &TokenStream)
                 let renamable = !rename_self::in_literal(&body);
                 match types::receiver(&r.ty) {
                     Receiver::Borrowed { mutable } if mutable && stored && !borrowed => {
-                        args.unsearched.push(stored_elsewhere("self"))
+                        args.unsearch(stored_elsewhere("self"))
                     }
                     Receiver::Borrowed { mutable } if !(mutable && borrowed) => {
-                        args.roots.push((quote!(#this), !mutable));
+                        args.root(quote!(#this), !mutable);
                         // A body that moves `self` (`for t in self`) moves a reborrow.
                         if mutable && renamable && mentions(body.clone(), &this.into()) {
                             // `mut self: &mut Self`: the `mut` goes to the reborrow (in
@@ -228,24 +262,25 @@ pub(crate) fn classify(sig: &mut Signature, body: &Block, options: &TokenStream)
                             mutability,
                             pinned: true,
                         });
-                        args.roots.push((quote!(#this), false));
+                        args.root(quote!(#this), false);
                     }
-                    Receiver::PinnedMut if !may_borrow => args.unsearched.push(
+                    Receiver::PinnedMut if !may_borrow => args.unsearch(
                         "`self` (a `Pin<&mut Self>` receiver named in a format string)".into(),
                     ),
                     Receiver::Owned => {
-                        args.owned.push(quote!(#this));
+                        args.own(quote!(#this));
                         args.owned_self = Some(this);
                     }
                     Receiver::Borrowed { .. } | Receiver::PinnedMut => {
-                        args.unsearched.push(borrowed_by_return("self"))
+                        args.unsearch(borrowed_by_return("self"))
                     }
                 }
             }
-            // An argument under `#[cfg]` may not exist: nothing generated may name it (it is
-            // neither searched nor moved in).
-            FnArg::Typed(pt) if pt.attrs.iter().any(|a| a.path().is_ident("cfg")) => {}
             FnArg::Typed(pt) => {
+                // An argument under `#[cfg]` may not exist: what names it goes under the same
+                // condition.
+                let cfg = pt.attrs.iter().filter(|a| a.path().is_ident("cfg"));
+                args.cfg = quote!(#(#cfg)*);
                 let before = args.rebinds.len();
                 typed(&mut pt.pat, &pt.ty, others, uses, &mut args);
                 lints_follow(&mut pt.attrs, &mut args.rebinds[before..]);
@@ -258,9 +293,10 @@ pub(crate) fn classify(sig: &mut Signature, body: &Block, options: &TokenStream)
 /// The lint attributes of an argument (`#[allow(unused_variables)] x: u32`) go with it onto
 /// the statements that rebind it in the body, where rustc now checks its binding and its
 /// `mut`: `allow`, `warn`, `deny` and `forbid` are copied, `expect` moved (the argument itself
-/// is used by its rebinding, so an expectation left on it would go unfulfilled).
+/// is used by its rebinding, so an expectation left on it would go unfulfilled); so does
+/// `cfg`, under which the argument exists.
 fn lints_follow(attrs: &mut Vec<syn::Attribute>, rebinds: &mut [TokenStream]) {
-    const LINTS: [&str; 5] = ["allow", "expect", "warn", "deny", "forbid"];
+    const LINTS: [&str; 6] = ["allow", "expect", "warn", "deny", "forbid", "cfg"];
     if rebinds.is_empty() {
         return;
     }
@@ -322,7 +358,7 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
     {
         if r.mutability.is_none() {
             // `Option<&T>` is `Copy`: the body copies it, and it is searched after.
-            args.roots.push((quote!(#name), true));
+            args.root(quote!(#name), true);
             rebind_mut_copy(p, name, uses, args);
             return;
         }
@@ -330,13 +366,13 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
         // such an argument moves into the body whole, as any owned one.
         let named = r.lifetime.as_ref().is_some_and(|l| l.ident != "_");
         if named || borrows.from(r.lifetime.as_ref()) {
-            args.unsearched.push(match named {
+            args.unsearch(match named {
                 true => format!("`{name}` (an `Option<&mut _>` argument with a named lifetime)"),
                 false => borrowed_by_return(name),
             });
         } else {
             // `Option<&mut T>`: the body gets a reborrow, so that it can be searched after.
-            args.roots.push((quote!(#name), false));
+            args.root(quote!(#name), false);
             if !mentions(uses.body.clone(), name) {
                 return;
             }
@@ -351,14 +387,14 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
     match (ty, name) {
         (Type::Reference(r), Some(name)) => {
             if r.mutability.is_some() && borrows.from(r.lifetime.as_ref()) {
-                args.unsearched.push(borrowed_by_return(&name));
+                args.unsearch(borrowed_by_return(&name));
                 return;
             }
             if r.mutability.is_some() && borrows.stored(r.lifetime.as_ref()) {
-                args.unsearched.push(stored_elsewhere(&name));
+                args.unsearch(stored_elsewhere(&name));
                 return;
             }
-            args.roots.push((quote!(#name), r.mutability.is_none()));
+            args.root(quote!(#name), r.mutability.is_none());
             if let (None, Pat::Ident(p)) = (r.mutability, &mut *pat) {
                 rebind_mut_copy(p, &name, uses, args);
             }
@@ -387,13 +423,13 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
             if r.mutability.is_some() && borrows.from(r.lifetime.as_ref()) =>
         {
             let pat = types::shown(pat);
-            args.unsearched.push(borrowed_by_return(pat));
+            args.unsearch(borrowed_by_return(pat));
         }
         (Type::Reference(r), None)
             if r.mutability.is_some() && borrows.stored(r.lifetime.as_ref()) =>
         {
             let pat = types::shown(pat);
-            args.unsearched.push(stored_elsewhere(pat));
+            args.unsearch(stored_elsewhere(pat));
         }
         (Type::Reference(r), None) => {
             // Destructured in the signature (`Wrap(v): &mut Wrap`): bound under a name of its
@@ -403,21 +439,20 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
             let parts = std::mem::replace(pat, ident_pat(name.clone()));
             args.rebinds
                 .push(quote_spanned!(span=> let #parts = #name;));
-            args.roots.push((quote!(#name), r.mutability.is_none()));
+            args.root(quote!(#name), r.mutability.is_none());
         }
         (_, name) => {
             // Its name without `mut`, or the pattern it is destructured by.
             let what = (name.as_ref()).map_or_else(|| types::shown(pat), ToString::to_string);
             if types::may_hold_mut(ty) {
-                args.unsearched
-                    .push(format!("`{what}` (an owned argument with a `&mut` in it)"));
+                args.unsearch(format!("`{what}` (an owned argument with a `&mut` in it)"));
             } else if types::has_lifetime_argument(ty)
                 || types::reaches_cell(ty)
                 || types::is_nn_path(ty)
                 || types::is_closure(ty)
             {
                 let ty = types::shown(ty);
-                args.lending.push(format!("`{what}: {ty}`"));
+                args.lend(format!("`{what}: {ty}`"));
             }
             let name = match name {
                 Some(name) => name,
@@ -437,11 +472,11 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
                         args.rebinds
                             .push(quote_spanned!(span=> let #parts = #whole;));
                     }
-                    args.owned.push(quote!(#whole));
+                    args.own(quote!(#whole));
                     return;
                 }
             };
-            args.owned.push(quote!(#name));
+            args.own(quote!(#name));
             Rebind {
                 uses,
                 rebinds: &mut args.rebinds,

@@ -1,5 +1,5 @@
 //! `#[gpu_scope]` on a function: parse, validate, then rewrite the body.
-use crate::args::{self, Args};
+use crate::args::{self, Args, Gated};
 use crate::expand_options::scope_options;
 use crate::input::{self, ScopedFn};
 use crate::kept::{self, Kept};
@@ -301,25 +301,26 @@ fn kept_values(
     if ret_ty.is_some() && hint {
         kept.returned(local::local(RET, span));
     }
-    for (root, shared) in &args.roots {
-        kept.lenient(root, *shared);
+    for Gated { cfg, item } in &args.roots {
+        kept.under(cfg).lenient(&item.0, item.1);
     }
-    for what in &args.unsearched {
-        kept.unsearched(what);
+    for Gated { cfg, item } in &args.unsearched {
+        kept.under(cfg).unsearched(item);
     }
-    for what in &args.lending {
-        kept.lending(what);
+    for Gated { cfg, item } in &args.lending {
+        kept.under(cfg).lending(item);
     }
     let mut shares = Vec::new();
-    for (i, owned) in args.owned.iter().enumerate() {
+    for (i, Gated { cfg, item: owned }) in args.owned.iter().enumerate() {
         let handle = format_ident!("{}{}", SHARED, i, span = span);
         shares.push(quote_spanned! {span=>
+            #cfg
             let #handle = {
                 use #private::{ViaShared as _, ViaSharedUnseen as _, ViaOwnTensors as _, ViaUnshared as _};
                 (&&#private::Owned(&#owned)).__gpu_scope_share()
             };
         });
-        kept.checked(&handle, None, span);
+        kept.under(cfg).checked(&handle, None, span);
     }
     (shares, kept.collect())
 }

@@ -11,6 +11,8 @@ pub(crate) struct Kept<'a> {
     krate: Option<&'a syn::Path>,
     checked: Vec<TokenStream>,
     lenient: Vec<TokenStream>,
+    /// The `#[cfg]` attributes the next statements go under (see [`Kept::under`]).
+    cfg: TokenStream,
 }
 
 impl<'a> Kept<'a> {
@@ -19,7 +21,15 @@ impl<'a> Kept<'a> {
             krate,
             checked: Vec::new(),
             lenient: Vec::new(),
+            cfg: TokenStream::new(),
         }
+    }
+
+    /// The values added next are those of an argument under these `#[cfg]` attributes (none:
+    /// an unconditional value).
+    pub(crate) fn under(&mut self, cfg: &TokenStream) -> &mut Self {
+        self.cfg = cfg.clone();
+        self
     }
 
     /// A value whose type must implement `Tensors`: a compile error at `at` otherwise, naming
@@ -35,8 +45,9 @@ impl<'a> Kept<'a> {
             Some(ty) => quote_spanned!(span=> <#ty as #private::Tensors>),
             None => quote_spanned!(span=> #private::Tensors),
         };
+        let cfg = &self.cfg;
         self.checked
-            .push(quote_spanned!(span=> #tensors::visit(&#value, &mut #kept);));
+            .push(quote_spanned!(span=> #cfg #tensors::visit(&#value, &mut #kept);));
     }
 
     /// A value kept through `Tensors` where its type implements it; otherwise the report names
@@ -47,12 +58,13 @@ impl<'a> Kept<'a> {
         let kept = local::local(KEPT, span);
         let private = private(self.krate, span);
         let root = quote_spanned!(span=> (&#private::Root(&#value)));
+        let cfg = &self.cfg;
         self.lenient.push(if shared {
             quote_spanned! {span=>
-                #private::made_before(&mut #kept, |#kept| #root.__gpu_scope_visit(#kept));
+                #cfg #private::made_before(&mut #kept, |#kept| #root.__gpu_scope_visit(#kept));
             }
         } else {
-            quote_spanned!(span=> #root.__gpu_scope_visit(&mut #kept);)
+            quote_spanned!(span=> #cfg #root.__gpu_scope_visit(&mut #kept);)
         });
     }
 
@@ -67,8 +79,9 @@ impl<'a> Kept<'a> {
     pub(crate) fn unsearched(&mut self, what: &str) {
         let span = Span::mixed_site();
         let kept = local::local(KEPT, span);
+        let cfg = &self.cfg;
         self.checked
-            .push(quote_spanned!(span=> #kept.add_uninspected(#what);));
+            .push(quote_spanned!(span=> #cfg #kept.add_uninspected(#what);));
     }
 
     /// An owned argument that borrows from the caller (`what` describes it): named in the hint
@@ -76,8 +89,9 @@ impl<'a> Kept<'a> {
     pub(crate) fn lending(&mut self, what: &str) {
         let span = Span::mixed_site();
         let kept = local::local(KEPT, span);
+        let cfg = &self.cfg;
         self.checked
-            .push(quote_spanned!(span=> #kept.add_lending(#what);));
+            .push(quote_spanned!(span=> #cfg #kept.add_lending(#what);));
     }
 
     /// Statements that declare the kept set and add every value to it.
