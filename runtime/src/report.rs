@@ -182,7 +182,8 @@ pub struct ScopeReport {
     pub name: Cow<'static, str>,
     /// Where the scope is in the source; serialised as `file:line`.
     pub location: &'static Location<'static>,
-    /// Per device, for each device the scope allocated on, in device order.
+    /// Per device, for each device the scope allocated on, and each whose cache its release
+    /// emptied (a row with only `cache_released`), in device order.
     pub devices: Vec<DeviceReport>,
     /// Number of allocations made inside, nested scopes included.
     pub allocations: u64,
