@@ -636,7 +636,9 @@ impl fmt::Display for ScopeReport {
                  that keeps its tensors private, an argument the returned borrow holds, or a \
                  `&mut` passed for an owned generic argument); \
                  memory nothing else keeps was not judged (`not inspected`), not called \
-                 escaped (an enclosing scope, if any, judges it)",
+                 escaped (an enclosing scope, if any, judges it); to have it judged here, hand \
+                 back values gpu-scope can look into (pass a tch data iterator's tensors and \
+                 build the iterator inside the scope)",
                 self.uninspected_kept.join(", ")
             )?;
         }
