@@ -58,27 +58,10 @@ pub(crate) struct Gated<T> {
 }
 
 impl Args {
-    fn root(&mut self, value: TokenStream, shared: bool) {
+    /// `item`, under the `#[cfg]` attributes of the argument being sorted.
+    fn gated<T>(&self, item: T) -> Gated<T> {
         let cfg = self.cfg.clone();
-        self.roots.push(Gated {
-            cfg,
-            item: (value, shared),
-        });
-    }
-
-    fn own(&mut self, value: TokenStream) {
-        let cfg = self.cfg.clone();
-        self.owned.push(Gated { cfg, item: value });
-    }
-
-    fn unsearch(&mut self, what: String) {
-        let cfg = self.cfg.clone();
-        self.unsearched.push(Gated { cfg, item: what });
-    }
-
-    fn lend(&mut self, what: String) {
-        let cfg = self.cfg.clone();
-        self.lending.push(Gated { cfg, item: what });
+        Gated { cfg, item }
     }
 }
 
@@ -234,10 +217,10 @@ pub(crate) fn classify(sig: &mut Signature, body: &Block, options: &TokenStream)
                 let renamable = !rename_self::in_literal(&body);
                 match types::receiver(&r.ty) {
                     Receiver::Borrowed { mutable } if mutable && stored && !borrowed => {
-                        args.unsearch(stored_elsewhere("self"))
+                        args.unsearched.push(args.gated(stored_elsewhere("self")))
                     }
                     Receiver::Borrowed { mutable } if !(mutable && borrowed) => {
-                        args.root(quote!(#this), !mutable);
+                        args.roots.push(args.gated((quote!(#this), !mutable)));
                         // A body that moves `self` (`for t in self`) moves a reborrow.
                         if mutable && renamable && mentions(body.clone(), &this.into()) {
                             // `mut self: &mut Self`: the `mut` goes to the reborrow (in
@@ -262,17 +245,17 @@ pub(crate) fn classify(sig: &mut Signature, body: &Block, options: &TokenStream)
                             mutability,
                             pinned: true,
                         });
-                        args.root(quote!(#this), false);
+                        args.roots.push(args.gated((quote!(#this), false)));
                     }
-                    Receiver::PinnedMut if !may_borrow => args.unsearch(
+                    Receiver::PinnedMut if !may_borrow => args.unsearched.push(args.gated(
                         "`self` (a `Pin<&mut Self>` receiver named in a format string)".into(),
-                    ),
+                    )),
                     Receiver::Owned => {
-                        args.own(quote!(#this));
+                        args.owned.push(args.gated(quote!(#this)));
                         args.owned_self = Some(this);
                     }
                     Receiver::Borrowed { .. } | Receiver::PinnedMut => {
-                        args.unsearch(borrowed_by_return("self"))
+                        args.unsearched.push(args.gated(borrowed_by_return("self")))
                     }
                 }
             }
@@ -358,7 +341,7 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
     {
         if r.mutability.is_none() {
             // `Option<&T>` is `Copy`: the body copies it, and it is searched after.
-            args.root(quote!(#name), true);
+            args.roots.push(args.gated((quote!(#name), true)));
             rebind_mut_copy(p, name, uses, args);
             return;
         }
@@ -366,13 +349,13 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
         // such an argument moves into the body whole, as any owned one.
         let named = r.lifetime.as_ref().is_some_and(|l| l.ident != "_");
         if named || borrows.from(r.lifetime.as_ref()) {
-            args.unsearch(match named {
+            args.unsearched.push(args.gated(match named {
                 true => format!("`{name}` (an `Option<&mut _>` argument with a named lifetime)"),
                 false => borrowed_by_return(name),
-            });
+            }));
         } else {
             // `Option<&mut T>`: the body gets a reborrow, so that it can be searched after.
-            args.root(quote!(#name), false);
+            args.roots.push(args.gated((quote!(#name), false)));
             if !mentions(uses.body.clone(), name) {
                 return;
             }
@@ -387,14 +370,15 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
     match (ty, name) {
         (Type::Reference(r), Some(name)) => {
             if r.mutability.is_some() && borrows.from(r.lifetime.as_ref()) {
-                args.unsearch(borrowed_by_return(&name));
+                args.unsearched.push(args.gated(borrowed_by_return(&name)));
                 return;
             }
             if r.mutability.is_some() && borrows.stored(r.lifetime.as_ref()) {
-                args.unsearch(stored_elsewhere(&name));
+                args.unsearched.push(args.gated(stored_elsewhere(&name)));
                 return;
             }
-            args.root(quote!(#name), r.mutability.is_none());
+            args.roots
+                .push(args.gated((quote!(#name), r.mutability.is_none())));
             if let (None, Pat::Ident(p)) = (r.mutability, &mut *pat) {
                 rebind_mut_copy(p, &name, uses, args);
             }
@@ -423,13 +407,13 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
             if r.mutability.is_some() && borrows.from(r.lifetime.as_ref()) =>
         {
             let pat = types::shown(pat);
-            args.unsearch(borrowed_by_return(pat));
+            args.unsearched.push(args.gated(borrowed_by_return(pat)));
         }
         (Type::Reference(r), None)
             if r.mutability.is_some() && borrows.stored(r.lifetime.as_ref()) =>
         {
             let pat = types::shown(pat);
-            args.unsearch(stored_elsewhere(pat));
+            args.unsearched.push(args.gated(stored_elsewhere(pat)));
         }
         (Type::Reference(r), None) => {
             // Destructured in the signature (`Wrap(v): &mut Wrap`): bound under a name of its
@@ -439,20 +423,22 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
             let parts = std::mem::replace(pat, ident_pat(name.clone()));
             args.rebinds
                 .push(quote_spanned!(span=> let #parts = #name;));
-            args.root(quote!(#name), r.mutability.is_none());
+            args.roots
+                .push(args.gated((quote!(#name), r.mutability.is_none())));
         }
         (_, name) => {
             // Its name without `mut`, or the pattern it is destructured by.
             let what = (name.as_ref()).map_or_else(|| types::shown(pat), ToString::to_string);
             if types::may_hold_mut(ty) {
-                args.unsearch(format!("`{what}` (an owned argument with a `&mut` in it)"));
+                args.unsearched
+                    .push(args.gated(format!("`{what}` (an owned argument with a `&mut` in it)")));
             } else if types::has_lifetime_argument(ty)
                 || types::reaches_cell(ty)
                 || types::is_nn_path(ty)
                 || types::is_closure(ty)
             {
                 let ty = types::shown(ty);
-                args.lend(format!("`{what}: {ty}`"));
+                args.lending.push(args.gated(format!("`{what}: {ty}`")));
             }
             let name = match name {
                 Some(name) => name,
@@ -472,11 +458,11 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
                         args.rebinds
                             .push(quote_spanned!(span=> let #parts = #whole;));
                     }
-                    args.own(quote!(#whole));
+                    args.owned.push(args.gated(quote!(#whole)));
                     return;
                 }
             };
-            args.own(quote!(#name));
+            args.owned.push(args.gated(quote!(#name)));
             Rebind {
                 uses,
                 rebinds: &mut args.rebinds,
