@@ -1200,6 +1200,39 @@ fn arguments_under_cfg_are_searched_where_they_exist() {
     assert_eq!(out.len(), 2);
 }
 
+#[derive(Debug, Tensors)]
+struct Caching {
+    cache: Mutex<Vec<Tensor>>,
+}
+
+impl Module for Caching {
+    fn forward(&self, x: &Tensor) -> Tensor {
+        self.cache.lock().unwrap().push(floats(3));
+        x * 2
+    }
+}
+
+#[gpu_scope(on_escape = error)]
+fn infer_dyn(model: &dyn Module, x: &Tensor) -> Result<Tensor, Error> {
+    Ok(model.forward(x))
+}
+
+/// A trait object is not searched through a derive on the type behind it: the hint says what
+/// is (a supertrait, or a generic argument with the bound).
+#[test]
+fn a_trait_object_argument_gets_its_own_hint() {
+    let model = Caching {
+        cache: Mutex::new(Vec::new()),
+    };
+    let err = infer_dyn(&model, &floats(2)).unwrap_err();
+    let text = err.to_string();
+    assert_eq!(err.report().unwrap().escaped_bytes, 12, "{text}");
+    assert!(
+        text.contains("a trait object (`dyn Trait`) is searched only where"),
+        "{text}"
+    );
+}
+
 /// What the body stores through an owned argument that borrows from the caller cannot be
 /// searched: it is called escaped, and the report's hint names the argument and what to do.
 #[test]

@@ -692,8 +692,17 @@ impl fmt::Display for ScopeReport {
                  add `#[derive(gpu_scope::Tensors)]` to the type, and to the types it is generic \
                  over (a derived `Wrap<T>` has it only where `T` has; for another crate's type, \
                  such as a channel or a closure, pass a type of yours that holds the tensors \
-                 and derives it)",
-                self.opaque_kept.join(", ")
+                 and derives it){}",
+                self.opaque_kept.join(", "),
+                match self.opaque_kept.iter().any(|t| t.contains("dyn ")) {
+                    // Deriving it on the type behind the object changes nothing.
+                    true =>
+                        "; a trait object (`dyn Trait`) is searched only where \
+                             `gpu_scope::Tensors` is a supertrait of its trait: for another \
+                             crate's trait (tch's `Module`), take `model: &M` with the bound \
+                             `M: Module + gpu_scope::Tensors` instead",
+                    false => "",
+                }
             )?;
         }
         Ok(())
