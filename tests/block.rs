@@ -142,3 +142,63 @@ fn a_value_typed_by_the_code_around_the_block() {
     let nested = std::panic::catch_unwind(|| -> i32 { scope!({ scope!({ panic!("inner") }) }) });
     assert!(nested.is_err());
 }
+
+fn lookup(hit: bool) -> Option<Tensor> {
+    let t = scope!(name = "lookup", {
+        'miss: {
+            if hit {
+                break 'miss;
+            }
+            return None;
+        }
+        // Compiled out here: the block goes on to its value.
+        #[cfg(not(test))]
+        return None;
+        floats(2)
+    });
+    Some(t)
+}
+
+/// What leaves a block only sometimes (a `break` to a label inside may skip it) or not at
+/// all (under `#[cfg]`) is not taken for its end: the value is kept.
+#[test]
+fn a_block_that_may_go_on_keeps_its_value() {
+    assert!(lookup(false).is_none());
+    assert_eq!(lookup(true).unwrap().size(), [2]);
+    let r = last_report().unwrap();
+    assert!(r.is_clean() && r.kept == 8, "{r}");
+    let t = scope!(name = "validated", {
+        'check: {
+            if r.kept == 8 {
+                break 'check;
+            }
+            panic!("invalid input");
+        }
+        #[cfg(not(test))]
+        unimplemented!("this build cannot do it");
+        floats(2)
+    });
+    assert_eq!(t.size(), [2]);
+    assert!(last_report().unwrap().is_clean());
+}
+
+/// Under `error` too, what the options' expressions borrow is given back before the block
+/// runs.
+#[test]
+fn options_borrow_nothing_while_the_block_runs() {
+    let runs = std::cell::RefCell::new((String::from("counted"), 0));
+    let lock = std::sync::Mutex::new(1024_u64);
+    let t = scope!(
+        name = runs.borrow().0.as_str(),
+        max_peak = *lock.lock().unwrap(),
+        on_escape = error,
+        {
+            runs.borrow_mut().1 += 1;
+            *lock.lock().unwrap() += 1;
+            floats(2)
+        }
+    )
+    .unwrap();
+    assert_eq!((t.size(), runs.borrow().1), (vec![2], 1));
+    assert_eq!(last_report().unwrap().name, "counted");
+}

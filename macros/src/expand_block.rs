@@ -86,8 +86,11 @@ fn rewrite(ScopedBlock { options, block }: ScopedBlock) -> TokenStream {
     // Bound after the user's block, which cannot name it; spanned as the whole call, so that
     // a type error about the `Result` (and rustc's `.expect()` or `?`) points at the call.
     let result = Ident::new(RESULT, Span::call_site());
+    // The entry in a statement of its own: what the options' expressions borrow (`name =
+    // cfg.borrow().name.as_str()`) is given back before the block runs.
     quote_spanned! {span=> {
-        let #result = match #private::ScopeGuard::try_enter(#opts) {
+        let #exit = #private::ScopeGuard::try_enter(#opts);
+        let #result = match #exit {
             ::core::result::Result::Ok(#exit) => {
                 #touch
                 let #value = #value_of;

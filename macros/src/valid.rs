@@ -152,7 +152,7 @@ fn never_ends(block: &syn::Block) -> Option<(&dyn ToTokens, String)> {
             ));
         }
     }
-    let (at, word) = block_leaves(block, &mut Vec::new()).filter(|(_, w)| *w != "panic")?;
+    let (at, word) = block_leaves(block).filter(|(_, w)| *w != "panic")?;
     Some((
         at,
         format!(
@@ -165,15 +165,32 @@ fn never_ends(block: &syn::Block) -> Option<(&dyn ToTokens, String)> {
 
 /// The `return`, `break` or `continue` by which a block always leaves the `scope!`, if it
 /// does, or `panic` where every way out of it panics: a statement of it that always does (what
-/// follows never runs). `labels`: those of the blocks around it inside the `scope!`, whose
-/// `break`s stay inside. A panic is named only where nothing else leaves: a block that may
+/// follows never runs). A panic is named only where nothing else leaves: a block that may
 /// leave early or panic is never checked either.
-fn block_leaves<'a>(block: &'a syn::Block, labels: &mut Vec<String>) -> Option<Leaving<'a>> {
+fn block_leaves(block: &syn::Block) -> Option<Leaving<'_>> {
     block.stmts.iter().find_map(|s| match s {
-        syn::Stmt::Expr(e, _) => leaves(e, labels),
+        // Under `#[cfg]`, it may not be there.
+        _ if under_cfg(s) => None,
+        syn::Stmt::Expr(e, _) => leaves(e),
         syn::Stmt::Macro(m) if panics(&m.mac.path, PANICS) => Some((m, "panic")),
         _ => None,
     })
+}
+
+/// Whether a statement has a `#[cfg]` (or `#[cfg_attr]`, which may add one) among its outer
+/// attributes, which come first in its tokens.
+fn under_cfg(stmt: &syn::Stmt) -> bool {
+    use proc_macro2::TokenTree;
+    let tokens: Vec<TokenTree> = stmt.to_token_stream().into_iter().collect();
+    tokens
+        .chunks(2)
+        .map_while(|pair| match pair {
+            [TokenTree::Punct(p), TokenTree::Group(g)] if p.as_char() == '#' => Some(g.stream()),
+            _ => None,
+        })
+        .any(|attr| {
+            matches!(attr.into_iter().next(), Some(TokenTree::Ident(i)) if i == "cfg" || i == "cfg_attr")
+        })
 }
 
 /// Where and how a block leaves: `return`, `break`, `continue` or `panic`.
@@ -183,7 +200,7 @@ type Leaving<'a> = (&'a dyn ToTokens, &'static str);
 /// around one, an `if` whose branches both leave, a `match` whose arms all do (a panic named
 /// only where none leaves otherwise). Not through loops (a `break` there ends the loop),
 /// closures or anything else.
-fn leaves<'a>(expr: &'a Expr, labels: &mut Vec<String>) -> Option<Leaving<'a>> {
+fn leaves(expr: &Expr) -> Option<Leaving<'_>> {
     let early = |(_, word): &Leaving<'_>| *word != "panic";
     match expr {
         Expr::Macro(m) if panics(&m.mac.path, PANICS) => Some((expr, "panic")),
@@ -193,30 +210,28 @@ fn leaves<'a>(expr: &'a Expr, labels: &mut Vec<String>) -> Option<Leaving<'a>> {
         },
         Expr::Return(_) => Some((expr, "return")),
         Expr::Continue(_) => Some((expr, "continue")),
-        Expr::Break(b) => match &b.label {
-            Some(label) if labels.contains(&label.ident.to_string()) => None,
-            _ => Some((expr, "break")),
-        },
-        Expr::Paren(p) => leaves(&p.expr, labels),
-        Expr::Group(g) => leaves(&g.expr, labels),
-        Expr::Unsafe(u) => block_leaves(&u.block, labels),
+        // To a labelled block inside, it would be seen there (below): to a loop or block
+        // around the `scope!`.
+        Expr::Break(_) => Some((expr, "break")),
+        Expr::Paren(p) => leaves(&p.expr),
+        Expr::Group(g) => leaves(&g.expr),
+        Expr::Unsafe(u) => block_leaves(&u.block),
         Expr::Block(b) => {
-            let label = b.label.as_ref().map(|l| l.name.ident.to_string());
-            labels.extend(label.clone());
-            let left = block_leaves(&b.block, labels);
-            if label.is_some() {
-                labels.pop();
+            // A `break` to its label (in a macro's input too) may leave it before what leaves
+            // the `scope!`.
+            match &b.label {
+                Some(l) if has_label(b.block.to_token_stream(), &l.name.ident) => None,
+                _ => block_leaves(&b.block),
             }
-            left
         }
         Expr::If(i) => {
             let (_, otherwise) = i.else_branch.as_ref()?;
-            let then = block_leaves(&i.then_branch, labels);
-            let otherwise = leaves(otherwise, labels)?;
+            let then = block_leaves(&i.then_branch);
+            let otherwise = leaves(otherwise)?;
             then.map(|then| if early(&then) { then } else { otherwise })
         }
         Expr::Match(m) => {
-            let arms: Option<Vec<_>> = m.arms.iter().map(|a| leaves(&a.body, labels)).collect();
+            let arms: Option<Vec<_>> = m.arms.iter().map(|a| leaves(&a.body)).collect();
             let arms = arms?;
             let early = arms.iter().copied().find(early);
             early.or(arms.first().copied())
@@ -231,7 +246,7 @@ fn leaves<'a>(expr: &'a Expr, labels: &mut Vec<String>) -> Option<Leaving<'a>> {
 /// the expansion must not ask to implement `Tensors` (rustc's never-type fallback would make
 /// that `()`, an error under `dependency_on_unit_never_type_fallback`, or `!` in edition 2024).
 pub(crate) fn ends_in_panic(block: &syn::Block) -> bool {
-    block_leaves(block, &mut Vec::new()).is_some_and(|(_, w)| w == "panic")
+    block_leaves(block).is_some_and(|(_, w)| w == "panic")
 }
 
 /// Whether `path` names one of `wanted`, as in the standard library, which may be written
