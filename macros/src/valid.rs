@@ -172,6 +172,8 @@ fn block_leaves(block: &syn::Block) -> Option<Leaving<'_>> {
         // Under `#[cfg]`, it may not be there.
         _ if under_cfg(s) => None,
         syn::Stmt::Expr(e, _) => leaves(e),
+        // `let x = return ..;` (not its `else`, which runs only sometimes).
+        syn::Stmt::Local(l) => l.init.as_ref().and_then(|i| leaves(&i.expr)),
         syn::Stmt::Macro(m) if panics(&m.mac.path, PANICS) => Some((m, "panic")),
         _ => None,
     })

@@ -1,7 +1,8 @@
 #![allow(unused_labels, unreachable_code)] // the refused blocks expand to nothing
 // Blocks that always leave the `scope!` however they are written: inside an inner block, in
-// parentheses, in both branches of an `if`, in every arm of a `match` (some arms panicking). A `break` to a labeled
-// block inside the `scope!` stays inside: that one is accepted.
+// parentheses, in both branches of an `if`, in every arm of a `match` (some arms panicking), in a
+// `let`'s value. A `break` to a labeled block inside the `scope!` stays inside: that one is
+// accepted.
 fn inner_block(items: &[u32]) {
     for _ in items {
         gpu_scope::scope!({
@@ -48,6 +49,12 @@ fn leaves_or_panics(n: u32) -> u32 {
     })
 }
 
+fn in_a_let(n: u32) -> u32 {
+    gpu_scope::scope!({
+        let _x: () = return n;
+    })
+}
+
 fn labeled_block_stays_inside(n: u32) -> u32 {
     gpu_scope::scope!({
         let value = 'found: {
@@ -63,5 +70,6 @@ fn labeled_block_stays_inside(n: u32) -> u32 {
 fn main() {
     inner_block(&[1]);
     let _ = (parenthesised(), both_branches(1), every_arm(1), leaves_or_panics(1));
+    let _ = in_a_let(1);
     let _ = labeled_block_stays_inside(2);
 }
