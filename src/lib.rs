@@ -38,7 +38,7 @@ pub use gpu_scope_runtime::__private;
 // `__private`. Not public API either.
 #[doc(hidden)]
 pub use gpu_scope_runtime::__private::{
-    ErrorReturn, MaxPeak, ScopeGuard, ScopeName, SharedArc, SharedRc,
+    ErrorReturn, EscapeInto, MaxPeak, ScopeGuard, ScopeName, SharedArc, SharedRc,
 };
 
 /// gpu-scope's own bookkeeping, for its tests. Not public API.

@@ -103,7 +103,7 @@ fn blocks_on_body(block: &Block) -> bool {
 ///     ret
 /// }
 /// ```
-/// `on_escape = error` uses `try_enter`/`try_exit` and returns `Err(From::from(error))` from one
+/// `on_escape = error` uses `try_enter`/`try_exit` and returns `Err(EscapeInto::escape_into(error))` from one
 /// place; `async fn` runs `async { ... }` inside a `ScopeFuture` instead of the closure, its
 /// type pinned by `if false { let never: R = loop {}; return never; }` first; a
 /// function returning `!` runs its body inline, as it never returns.
@@ -261,9 +261,11 @@ fn returns(
     // user's code, which therefore cannot name it.
     let at = ret_ty.map_or(func.sig.ident.span(), types::name_span);
     let error = Ident::new(ERROR, at);
-    // Generated (mixed-site) tokens for the call itself: lints such as clippy's
-    // `useless_conversion` (when the error type is `gpu_scope::Error`) are not the user's.
-    let converted = quote_spanned!(local::at(on_escape)=> ::core::convert::From::from(#error));
+    // Through `EscapeInto` (`From<gpu_scope::Error>`), whose message says what to return,
+    // shown at the return type; the call at the option.
+    let escape_into = crate::options::private(krate, local::at(on_escape));
+    let converted =
+        quote_spanned!(local::at(on_escape)=> #escape_into::EscapeInto::escape_into(#error));
     // Through a trait that any `Result` implements: another type is refused with a message
     // that names the option (instead of a bare type mismatch).
     let fail = match ret_ty {

@@ -4,7 +4,7 @@
 //! Nothing here may show up under this path in a user's compile errors: what generated code
 //! requires of user types is required through public traits (`Tensors`), std ones (`From`,
 //! `TryFrom`), or the traits the crate root re-exports for rustc to name (`MaxPeak`,
-//! `ScopeName`, `ErrorReturn`), each with its own message.
+//! `ScopeName`, `ErrorReturn`, `EscapeInto`), each with its own message.
 use crate::lifecycle::OpenScope;
 use crate::{policy, Error};
 use std::rc::Rc;
@@ -218,6 +218,25 @@ impl<T, E> ErrorReturn for Result<T, E> {
     type Error = E;
     fn err(error: E) -> Self {
         Err(error)
+    }
+}
+
+/// The error type `E` of a function under `on_escape = error`: the escape converts into it.
+#[diagnostic::on_unimplemented(
+    message = "`on_escape = error` returns an escape as the function's error: `{E}` must \
+               implement `From<gpu_scope::Error>`",
+    label = "no `From<gpu_scope::Error>` for `{E}`",
+    note = "return `Result<_, gpu_scope::Error>` (or `Box<dyn std::error::Error>`, \
+            `anyhow::Error`), or implement `From<gpu_scope::Error>` for your error type"
+)]
+pub trait EscapeInto<E> {
+    fn escape_into(self) -> E;
+}
+
+#[diagnostic::do_not_recommend]
+impl<E: From<Error>> EscapeInto<E> for Error {
+    fn escape_into(self) -> E {
+        E::from(self)
     }
 }
 
