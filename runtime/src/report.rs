@@ -592,7 +592,11 @@ impl fmt::Display for ScopeReport {
             }
         }
         if !self.checked {
-            writeln!(f, "  (not checked: the scope ended early)")?;
+            writeln!(
+                f,
+                "  (not checked: the scope ended early, by a panic, an early exit of the block \
+                 form, or a guard dropped without `exit`, which is what checks it)"
+            )?;
         }
         if self.cancelled {
             writeln!(
