@@ -141,6 +141,22 @@ impl Decoder {
     }
 }
 
+/// A macro that names no argument stays with the items the body opens with, before the
+/// statements the scope adds (clippy would say the items after it come after statements).
+#[deny(clippy::items_after_statements)]
+#[gpu_scope(on_escape = error)]
+fn doubled(n: i64) -> Result<Tensor, Error> {
+    macro_rules! double {
+        ($t:expr) => {
+            $t * 2
+        };
+    }
+    fn helper(t: Tensor) -> Tensor {
+        double!(t)
+    }
+    Ok(helper(floats(n)))
+}
+
 #[test]
 fn a_macro_defined_in_the_body_uses_self_and_the_arguments() {
     let mut d = Decoder::default();
@@ -148,6 +164,7 @@ fn a_macro_defined_in_the_body_uses_self_and_the_arguments() {
     let r = last_report().unwrap();
     assert_eq!((r.kept, r.escaped_bytes), (16, 0));
     assert_eq!(d.cache[0].size(), [4]);
+    assert_eq!(doubled(3).unwrap().size(), [3]);
 }
 
 #[test]

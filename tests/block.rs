@@ -202,3 +202,18 @@ fn options_borrow_nothing_while_the_block_runs() {
     assert_eq!((t.size(), runs.borrow().1), (vec![2], 1));
     assert_eq!(last_report().unwrap().name, "counted");
 }
+
+/// A block whose last statement is a panic under `#[cfg]` ends in a panic where it is compiled
+/// in: its scope ends unchecked, as for any panic.
+#[test]
+fn a_block_ending_in_a_panic_under_cfg() {
+    let ended = std::panic::catch_unwind(|| {
+        scope!(name = "cfg-panic", {
+            let _t = floats(2);
+            #[cfg(test)]
+            panic!("not in this build");
+        })
+    });
+    assert!(ended.is_err());
+    assert!(!last_report().unwrap().checked);
+}

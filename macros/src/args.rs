@@ -48,6 +48,8 @@ pub(crate) struct Args {
     pub lending: Vec<Gated<String>>,
     /// The `#[cfg]` attributes of the argument being sorted.
     cfg: TokenStream,
+    /// The names the arguments bind (`self` too): locals of the body.
+    pub names: Vec<Ident>,
 }
 
 /// Something generated for an argument, with the argument's `#[cfg]` attributes (empty for
@@ -206,6 +208,9 @@ pub(crate) fn classify(sig: &mut Signature, body: &Block, options: &TokenStream)
         match arg {
             FnArg::Receiver(r) => {
                 let this = r.self_token;
+                // As written, and as renamed (`rename_self`).
+                args.names.push(this.into());
+                args.names.push(Ident::new(local::SELF, Span::call_site()));
                 let lifetime = match types::strip_parens(&r.ty) {
                     Type::Reference(t) => t.lifetime.as_ref(),
                     _ => None,
@@ -264,6 +269,7 @@ pub(crate) fn classify(sig: &mut Signature, body: &Block, options: &TokenStream)
                 // condition.
                 let cfg = pt.attrs.iter().filter(|a| a.path().is_ident("cfg"));
                 args.cfg = quote!(#(#cfg)*);
+                args.names.extend(bound_names(&pt.pat));
                 let before = args.rebinds.len();
                 typed(&mut pt.pat, &pt.ty, others, uses, &mut args);
                 lints_follow(&mut pt.attrs, &mut args.rebinds[before..]);
@@ -391,10 +397,11 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
                     // borrow after it uses the reborrow, without a lint `allow` on a
                     // statement with the user's tokens (the user's `mut`, moved here, is
                     // still linted as on the argument).
-                    args.rebinds.push(quote_spanned! {local::at(name.span())=>
-                        let #mutability #name = &mut *#name;
-                        let _ = &#name;
-                    });
+                    // Two statements, each given the argument's `#[cfg]` (`lints_follow`).
+                    let at = local::at(name.span());
+                    args.rebinds
+                        .push(quote_spanned!(at=> let #mutability #name = &mut *#name;));
+                    args.rebinds.push(quote_spanned!(at=> let _ = &#name;));
                 }
             }
         }
@@ -470,6 +477,20 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
             .visit_pat_mut(pat);
         }
     }
+}
+
+/// The names `pat` binds.
+fn bound_names(pat: &Pat) -> Vec<Ident> {
+    struct Names(Vec<Ident>);
+    impl<'ast> syn::visit::Visit<'ast> for Names {
+        fn visit_pat_ident(&mut self, p: &'ast syn::PatIdent) {
+            self.0.push(p.ident.clone());
+            syn::visit::visit_pat_ident(self, p);
+        }
+    }
+    let mut names = Names(Vec::new());
+    syn::visit::Visit::visit_pat(&mut names, pat);
+    names.0
 }
 
 /// Whether `pat` binds something by reference (`ref t`, `ref mut t`): then whether mutably.
@@ -586,7 +607,7 @@ impl VisitMut for Rebind<'_> {
 }
 
 /// Whether `ident` occurs anywhere in `tokens`, macro calls included.
-fn mentions(tokens: TokenStream, ident: &Ident) -> bool {
+pub(crate) fn mentions(tokens: TokenStream, ident: &Ident) -> bool {
     tokens.into_iter().any(|tt| match tt {
         TokenTree::Ident(i) => i == *ident,
         TokenTree::Group(g) => mentions(g.stream(), ident),

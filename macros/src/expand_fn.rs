@@ -353,7 +353,7 @@ fn body(func: &ItemFn, args: &Args, ret_ty: Option<&Type>, private: &TokenStream
         });
     // The user's statements, not their block: a block of one expression as the value of
     // another would be linted (`unused_braces`) at the user's braces.
-    let (items, stmts) = leading_items(&func.block.stmts);
+    let (items, stmts) = leading_items(&func.block.stmts, &args.names);
     let inside = quote_spanned! {span=>
         #(#items)* #reborrow #take_self #(#rebinds)* #fake_return #(#stmts)*
     };
@@ -376,7 +376,7 @@ fn never_returns(func: &ItemFn, opts: TokenStream, private: &TokenStream) -> Tok
             ::core::unreachable!("an `async fn` returning `!` returned")
         }
     } else {
-        let (items, stmts) = leading_items(&block.stmts);
+        let (items, stmts) = leading_items(&block.stmts, &[]);
         quote_spanned! {span=>
             #(#items)*
             let #exit = #private::ScopeGuard::enter(#opts);
@@ -387,15 +387,19 @@ fn never_returns(func: &ItemFn, opts: TokenStream, private: &TokenStream) -> Tok
 
 /// The items a body opens with, and the rest: the items stay first, before the statements
 /// added to the body (as written, they are not items after statements, which
-/// `clippy::items_after_statements` lints). A `macro_rules!` definition and what follows it
-/// stay after them: such a macro sees only the locals declared before it, and the body's
-/// `self` and arguments are those locals.
-fn leading_items(stmts: &[Stmt]) -> (&[Stmt], &[Stmt]) {
+/// `clippy::items_after_statements` lints). A `macro_rules!` definition that names one of
+/// `names` (the arguments' bindings, `self`), and what follows it, stay after them: such a
+/// macro sees only the locals declared before it, and those are locals of the body.
+fn leading_items<'a>(stmts: &'a [Stmt], names: &[Ident]) -> (&'a [Stmt], &'a [Stmt]) {
+    let sees_names = |m: &syn::ItemMacro| {
+        let tokens = m.mac.tokens.clone();
+        names.iter().any(|n| args::mentions(tokens.clone(), n))
+    };
     stmts.split_at(
         stmts
             .iter()
             .take_while(|s| match s {
-                Stmt::Item(syn::Item::Macro(m)) => m.ident.is_none(),
+                Stmt::Item(syn::Item::Macro(m)) => !sees_names(m),
                 s => matches!(s, Stmt::Item(_)),
             })
             .count(),

@@ -168,9 +168,12 @@ fn never_ends(block: &syn::Block) -> Option<(&dyn ToTokens, String)> {
 /// follows never runs). A panic is named only where nothing else leaves: a block that may
 /// leave early or panic is never checked either.
 fn block_leaves(block: &syn::Block) -> Option<Leaving<'_>> {
-    block.stmts.iter().find_map(|s| match s {
-        // Under `#[cfg]`, it may not be there.
-        _ if under_cfg(s) => None,
+    let last = block.stmts.len().saturating_sub(1);
+    block.stmts.iter().enumerate().find_map(|(at, s)| match s {
+        // Under `#[cfg]` it may not be there, and the block go on to its value; as the last
+        // statement, it is taken as there (nothing follows it; its value, `!`, has no
+        // `Tensors`, and a block that leaves where it is compiled in is refused).
+        _ if at != last && under_cfg(s) => None,
         syn::Stmt::Expr(e, _) => leaves(e),
         // `let x = return ..;` (not its `else`, which runs only sometimes).
         syn::Stmt::Local(l) => l.init.as_ref().and_then(|i| leaves(&i.expr)),

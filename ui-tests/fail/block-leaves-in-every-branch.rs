@@ -55,6 +55,16 @@ fn in_a_let(n: u32) -> u32 {
     })
 }
 
+// A statement under `#[cfg]` is taken as there where it is the last (nothing follows it).
+fn last_under_cfg(n: u32) -> u32 {
+    gpu_scope::scope!({
+        #[cfg(any())]
+        return n;
+        #[cfg(all())]
+        return n + 1;
+    })
+}
+
 fn labeled_block_stays_inside(n: u32) -> u32 {
     gpu_scope::scope!({
         let value = 'found: {
@@ -70,6 +80,6 @@ fn labeled_block_stays_inside(n: u32) -> u32 {
 fn main() {
     inner_block(&[1]);
     let _ = (parenthesised(), both_branches(1), every_arm(1), leaves_or_panics(1));
-    let _ = in_a_let(1);
+    let _ = (in_a_let(1), last_under_cfg(1));
     let _ = labeled_block_stays_inside(2);
 }
