@@ -771,6 +771,14 @@ fn weigh(x: &Tensor, mut w: &Tensor, mut bias: Option<&Tensor>) -> Result<Tensor
     Ok(x * w + bias.sum(Kind::Float))
 }
 
+#[gpu_scope(on_escape = error)]
+async fn weigh_later(mut w: &Tensor) -> Result<Tensor, Error> {
+    if w.numel() == 0 {
+        w = Box::leak(Box::new(floats(4)));
+    }
+    Ok(w * 2)
+}
+
 /// A `mut` shared borrow reassigned in the body: what is searched after it is what the
 /// caller passed, so what the body pointed it at instead is not kept through it.
 #[test]
@@ -779,6 +787,12 @@ fn a_reassigned_shared_borrow_keeps_only_what_the_caller_passed() {
     kept(weigh(&x, &w, Some(&bias)).map(drop));
     let report = escaped(weigh(&x, &floats(0), None));
     assert_eq!(report.escaped_bytes, 24);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    kept(runtime.block_on(weigh_later(&w)).map(drop));
+    let report = escaped(runtime.block_on(weigh_later(&floats(0))));
+    assert_eq!(report.escaped_bytes, 16);
 }
 
 #[gpu_scope(on_escape = error)]

@@ -34,6 +34,8 @@ pub(crate) struct Args {
     pub rebinds: Vec<TokenStream>,
     /// Owned arguments that may be `Arc` or `Rc` handles.
     pub owned: Vec<Gated<TokenStream>>,
+    /// Shared borrows the body may reassign: searched as a copy taken before it.
+    pub copied: Vec<Gated<Ident>>,
     /// A `self: Pin<&mut Self>` or `&mut self` receiver that the body gets a reborrow of (see
     /// `rename_self`), so that the body may move it and it is still searched after.
     pub renamed_self: Option<RenamedSelf>,
@@ -347,8 +349,7 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
     {
         if r.mutability.is_none() {
             // `Option<&T>` is `Copy`: the body copies it, and it is searched after.
-            args.roots.push(args.gated((quote!(#name), true)));
-            rebind_mut_copy(p, name, uses, args);
+            shared_root(p, name, uses, args);
             return;
         }
         // A named lifetime may have to outlive the body (stored in `self` or another argument):
@@ -383,10 +384,11 @@ fn typed(pat: &mut Pat, ty: &Type, borrows: Borrows, uses: Uses<'_>, args: &mut 
                 args.unsearched.push(args.gated(stored_elsewhere(&name)));
                 return;
             }
-            args.roots
-                .push(args.gated((quote!(#name), r.mutability.is_none())));
-            if let (None, Pat::Ident(p)) = (r.mutability, &mut *pat) {
-                rebind_mut_copy(p, &name, uses, args);
+            match (r.mutability, &*pat) {
+                (None, Pat::Ident(p)) => shared_root(p, &name, uses, args),
+                _ => args
+                    .roots
+                    .push(args.gated((quote!(#name), r.mutability.is_none()))),
             }
             if r.mutability.is_some() && mentions(uses.body.clone(), &name) {
                 // The body gets a reborrow, so that moving it there (`for t in xs`) leaves
@@ -560,13 +562,14 @@ pub(crate) fn take_self(this: Token![self], private: &TokenStream) -> TokenStrea
     }
 }
 
-/// `mut x: &T` (or `Option<&T>`): the body gets a copy to reassign (`x = &other`), so that
-/// what is searched after it is what the caller passed.
-fn rebind_mut_copy(p: &mut syn::PatIdent, name: &Ident, uses: Uses<'_>, args: &mut Args) {
+/// A shared borrow (`x: &T`, `x: Option<&T>`), searched after the body. One the body may
+/// reassign (`mut x`, `x = &other`) is searched as a copy taken before the body: what the
+/// caller passed.
+fn shared_root(p: &syn::PatIdent, name: &Ident, uses: Uses<'_>, args: &mut Args) {
     if p.mutability.is_some() && mentions(uses.body.clone(), name) {
-        let mutability = p.mutability.take();
-        args.rebinds
-            .push(quote_spanned! {local::at(name.span())=> let #mutability #name = #name;});
+        args.copied.push(args.gated(name.clone()));
+    } else {
+        args.roots.push(args.gated((quote!(#name), true)));
     }
 }
 

@@ -322,14 +322,8 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
         true => quote!(match *self {}),
         false => quote!(match self { #(#arms)* }),
     };
-    // A `crate = path` is the user's to write, and may name what is in scope already (a
-    // `self::`, an imported `Tensors`): not linted here.
-    let qualified = krate
-        .as_ref()
-        .map(|_| quote!(#[allow(unused_qualifications)]));
     Ok(quote! {
         #[automatically_derived]
-        #qualified
         impl #impl_generics #private::Tensors for #name #ty_generics #where_clause {
             fn visit(&self, #set: &mut #private::StorageSet) {
                 #private::deeper(#set, |#set| {

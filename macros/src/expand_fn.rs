@@ -3,7 +3,7 @@ use crate::args::{self, Args, Gated};
 use crate::expand_options::scope_options;
 use crate::input::{self, ScopedFn};
 use crate::kept::{self, Kept};
-use crate::local::{self, ERROR, EXIT, KEPT, RET, SHARED};
+use crate::local::{self, COPY, ERROR, EXIT, KEPT, RET, SHARED};
 use crate::options::Policy;
 use crate::{rename_self, types, valid};
 use proc_macro2::{Delimiter, Group, Ident, Span, TokenStream};
@@ -313,6 +313,11 @@ fn kept_values(
         kept.under(cfg).lending(item);
     }
     let mut shares = Vec::new();
+    for (i, Gated { cfg, item: name }) in args.copied.iter().enumerate() {
+        let copy = format_ident!("{}{}", COPY, i, span = span);
+        shares.push(quote_spanned!(span=> #cfg let #copy = #name;));
+        kept.under(cfg).lenient(&copy, true);
+    }
     for (i, Gated { cfg, item: owned }) in args.owned.iter().enumerate() {
         let handle = format_ident!("{}{}", SHARED, i, span = span);
         shares.push(quote_spanned! {span=>

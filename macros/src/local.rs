@@ -8,6 +8,7 @@ pub(crate) const KEPT: &str = "__gpu_scope_kept";
 pub(crate) const ERROR: &str = "__gpu_scope_error";
 pub(crate) const SELF: &str = "__gpu_scope_self";
 pub(crate) const SHARED: &str = "__gpu_scope_shared";
+pub(crate) const COPY: &str = "__gpu_scope_copy";
 pub(crate) const VALUE: &str = "__gpu_scope_value";
 pub(crate) const RESULT: &str = "__gpu_scope_result";
 pub(crate) const ARG: &str = "__gpu_scope_arg";

@@ -345,8 +345,20 @@ impl Options {
 /// `::name::__private` (at `span`), `name` being what the crate being compiled calls gpu-scope.
 pub(crate) fn private(path: Option<&syn::Path>, span: Span) -> TokenStream {
     match path {
-        // Shown at the path (a wrong one is an error there).
-        Some(path) => quote::quote_spanned!(syn::spanned::Spanned::span(path)=> #path::__private),
+        // Shown at the path (a wrong one is an error there), with the generated code's
+        // hygiene: lints such as `unused_qualifications` (the path where a glob import or the
+        // module makes it longer than needed) are about the user's code only.
+        Some(path) => {
+            let tokens = quote::ToTokens::to_token_stream(path);
+            let path: TokenStream = (tokens.into_iter())
+                .map(|mut t| {
+                    t.set_span(Span::mixed_site().located_at(t.span()));
+                    t
+                })
+                .collect();
+            let at = Span::mixed_site().located_at(syn::spanned::Spanned::span(&path));
+            quote::quote_spanned!(at=> #path::__private)
+        }
         None => {
             let name = Ident::new(&dependency_name(), span);
             quote::quote_spanned!(span=> ::#name::__private)

@@ -1,7 +1,8 @@
 // The expansions add no lint of their own to the user's code, under `deny(warnings)`: a
 // one-expression body (`unused_braces` if wrapped in a block of ours), and `scope!` blocks that
-// never end normally (the check after them would be `unreachable_code`), and the derive told
-// where gpu-scope is by a path with a `self::` (`unused_qualifications`, which strict crates deny).
+// never end normally (the check after them would be `unreachable_code`), and the derive and the
+// attribute told where gpu-scope is by a path with a `self::` (`unused_qualifications`, which
+// strict crates deny), on an `async fn` too and beside a glob import of the crate.
 #![deny(warnings, unused_qualifications)]
 use gpu_scope::gpu_scope;
 use tch::Tensor;
@@ -59,6 +60,28 @@ fn outputs(x: &Tensor) -> Outputs {
     Outputs {
         logits: x * 2,
         extra: vec![x + 1],
+    }
+}
+
+#[gpu_scope(crate = self::deps::g)]
+async fn outputs_later(x: &Tensor) -> Tensor {
+    x * 2
+}
+
+// A glob import of the crate: the paths the attribute writes through `crate = path` are not
+// the user's, however short the import makes them.
+mod globbed {
+    use gpu_scope::*;
+    use tch::Tensor;
+
+    #[gpu_scope(crate = gpu_scope, on_escape = error)]
+    pub fn fallible(x: &Tensor) -> Result<Tensor, Error> {
+        Ok(x * 2)
+    }
+
+    #[gpu_scope(crate = gpu_scope)]
+    pub async fn later(x: &Tensor) -> Tensor {
+        x * 2
     }
 }
 
@@ -126,6 +149,8 @@ fn main() {
     let _ = outputs(&t).extra.len();
     let _ = gpu_scope::scope!(crate = self::deps::g, { outputs(&t) });
     drop(later(1.0));
+    drop((outputs_later(&t), globbed::later(&t)));
+    let _ = globbed::fallible(&t).unwrap();
     unit(&t);
     let (mut a, mut b) = (vec![], vec![]);
     optional(Some(&mut a), None, (&t, &mut b));
