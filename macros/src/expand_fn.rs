@@ -103,10 +103,11 @@ fn blocks_on_body(block: &Block) -> bool {
 ///     ret
 /// }
 /// ```
-/// `on_escape = error` uses `try_enter`/`try_exit` and returns `Err(EscapeInto::escape_into(error))` from one
-/// place; `async fn` runs `async { ... }` inside a `ScopeFuture` instead of the closure, its
-/// type pinned by `if false { let never: R = loop {}; return never; }` first; a
-/// function returning `!` runs its body inline, as it never returns.
+/// `on_escape = error` uses `try_enter`/`try_exit` and returns
+/// `Err(EscapeInto::escape_into(error))` from one place; `async fn` runs `async { ... }` inside
+/// a `ScopeFuture` instead of the closure, its type pinned by `if false { let never: R = loop
+/// {}; return never; }` first; a function returning `!` runs its body inline, as it never
+/// returns.
 fn rewrite(
     ScopedFn {
         options,
