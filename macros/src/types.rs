@@ -177,16 +177,10 @@ pub(crate) fn is_nn_path(ty: &Type) -> bool {
 /// nothing can search. An `Fn` one cannot change its captures but through a cell: the usual
 /// transform (`f: impl Fn(&Tensor) -> Tensor`) is not named.
 pub(crate) fn is_closure(ty: &Type) -> bool {
-    struct Finder(bool);
-    impl Visit<'_> for Finder {
-        fn visit_trait_bound(&mut self, b: &syn::TraitBound) {
-            let last = b.path.segments.last();
-            self.0 |= last.is_some_and(|s| s.ident == "FnMut" || s.ident == "FnOnce");
-        }
-    }
-    let mut finder = Finder(false);
-    finder.visit_type(ty);
-    finder.0
+    any_part(
+        ty,
+        |part| matches!(part, Part::Segment(s) if s.ident == "FnMut" || s.ident == "FnOnce"),
+    )
 }
 
 /// Whether an owned value of this type holds a `&mut` borrow of the caller's data: a `&mut`

@@ -16,11 +16,11 @@ use std::sync::OnceLock;
 /// back, escaped or given to [`keep_forever`](crate::keep_forever()): until freed;
 /// `allocated == reserved`, exact), and their
 /// peak, counted in sixteen counters, one per allocating thread by its number modulo 16 (so
-/// that threads seldom share one): exact when every such block alive since the last [`reset_peak`]
-/// was allocated by one thread (a counter starts at what it held then), otherwise the sum of each counter's
-/// highest since then, also of threads that allocated one after the other in different
-/// counters (those sharing a counter count together; never below the true peak; a scope's
-/// report has its own exact peak).
+/// that threads seldom share one): exact when every such block alive since the last
+/// [`reset_peak`] was allocated by one thread (a counter starts at what it held then),
+/// otherwise the sum of each counter's highest since then, also of threads that allocated one
+/// after the other in different counters (those sharing a counter count together; never below
+/// the true peak; a scope's report has its own exact peak).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct MemoryStats {
     /// Bytes in live allocations.

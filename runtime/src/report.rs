@@ -536,11 +536,12 @@ impl fmt::Display for ScopeReport {
             at.line()
         )?;
         // Values right-aligned in one column, as wide as the longest status needs.
-        let width = self.status().len().max(12);
+        let status = self.status();
+        let width = status.len().max(12);
         let row = |f: &mut fmt::Formatter<'_>, label: &str, value: String| {
             writeln!(f, "  {label:<18} {value:>width$}")
         };
-        row(f, "status", self.status().to_owned())?;
+        row(f, "status", status.to_owned())?;
         row(f, "allocated", Bytes(self.allocated).to_string())?;
         if self.requested != self.allocated {
             row(f, "  requested", Bytes(self.requested).to_string())?;
