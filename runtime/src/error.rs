@@ -1,5 +1,5 @@
 //! The one error type of gpu-scope.
-use crate::report::{Bytes, ScopeReport};
+use crate::report::{Bytes, Name, ScopeReport};
 use std::fmt;
 
 /// What can go wrong when entering or leaving a scope.
@@ -69,7 +69,7 @@ impl fmt::Display for Error {
                     f,
                     "gpu-scope: {} allocation(s) escaped scope `{}` ({})",
                     r.escaped.len(),
-                    r.name,
+                    Name(&r.name),
                     Bytes(r.escaped_bytes)
                 )?;
                 if r.over_budget() {
@@ -84,7 +84,7 @@ impl fmt::Display for Error {
                     "gpu-scope: scope `{}` peaked at {}, {} over its budget of {} (to fix: free \
                      tensors earlier in the scope, work on less at a time, or raise \
                      `max_peak`)\n{r}",
-                    r.name,
+                    Name(&r.name),
                     Bytes(r.peak),
                     Bytes(r.peak.saturating_sub(budget)),
                     Bytes(budget)
@@ -98,14 +98,16 @@ impl fmt::Display for Error {
             ),
             Error::EndedByEnclosing { scope } => write!(
                 f,
-                "gpu-scope: scope `{scope}` was exited after a scope enclosing it had ended; \
+                "gpu-scope: scope `{}` was exited after a scope enclosing it had ended; \
                  the enclosing scope ended it unchecked and took over its allocations. Exit \
-                 scopes innermost first"
+                 scopes innermost first",
+                Name(scope)
             ),
             Error::NegativeBudget { scope, bytes } => write!(
                 f,
-                "gpu-scope: scope `{scope}` was given `max_peak` = {bytes} bytes, which no peak \
-                 can meet; give a budget of 0 bytes or more (or no `max_peak` for no limit)"
+                "gpu-scope: scope `{}` was given `max_peak` = {bytes} bytes, which no peak \
+                 can meet; give a budget of 0 bytes or more (or no `max_peak` for no limit)",
+                Name(scope)
             ),
             Error::TooDeep { limit } => write!(
                 f,

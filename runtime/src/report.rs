@@ -16,6 +16,23 @@ use std::time::Duration;
 
 /// A byte count that prints with a binary unit: `Bytes(1536)` prints `1.50 KiB`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+/// A scope's name as the report's text shows it: control characters (a newline, a tab) escaped,
+/// so that a name cannot break the report's lines or a log line.
+pub(crate) struct Name<'a>(pub(crate) &'a str);
+
+impl fmt::Display for Name<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for c in self.0.chars() {
+            if c.is_control() {
+                write!(f, "{}", c.escape_default())?;
+            } else {
+                fmt::Write::write_char(f, c)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 pub struct Bytes(pub u64);
 
 impl fmt::Display for Bytes {
@@ -531,7 +548,7 @@ impl fmt::Display for ScopeReport {
         writeln!(
             f,
             "scope `{}` at {}:{} [{devices}]",
-            self.name,
+            Name(&self.name),
             at.file(),
             at.line()
         )?;
@@ -888,6 +905,22 @@ mod tests {
             })
             .collect();
         assert!(ends.iter().all(|&e| e == ends[0]), "{ends:?} in\n{text}");
+    }
+
+    /// A name with a newline or a tab keeps the report's header, and an error's first line,
+    /// on one line; the report itself keeps the name as given.
+    #[test]
+    fn control_characters_in_a_name_are_escaped_in_the_text() {
+        let r = report("step\n\t2", 1);
+        let text = r.to_string();
+        assert!(text.starts_with("scope `step\\n\\t2` at "), "{text}");
+        assert_eq!(r.name, "step\n\t2");
+        let message = crate::Error::Escaped(Box::new(r)).to_string();
+        let first = message.lines().next().unwrap();
+        assert!(
+            first.ends_with("escaped scope `step\\n\\t2` (64 B)"),
+            "{first}"
+        );
     }
 
     /// A line on what was not seen names its device, or lets its reason say which.
