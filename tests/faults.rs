@@ -2,10 +2,11 @@
 //! does not exist leave the thread's scope depth and the ledger as they were.
 mod common;
 
-use common::{floats, serial, strict};
+use common::{child, floats, in_child, serial, strict};
 use gpu_scope::__introspect::{ledger_state, LedgerState};
 use gpu_scope::{gpu_scope, Error, Scope, ScopeOptions};
 use std::panic::catch_unwind;
+use std::cell::RefCell;
 use tch::{Device, TchError, Tensor};
 
 /// Runs `f` with the panic message printer off (10 000 of them would flood the output).
@@ -178,5 +179,50 @@ fn a_scope_forgotten_on_a_thread_that_ends_leaves_nothing_behind() {
     })
     .join()
     .unwrap();
+    assert_eq!(ledger_state(), before);
+}
+
+/// Makes a tensor when its thread ends (a per-thread buffer written out at the end).
+struct AllocatesOnDrop;
+
+impl Drop for AllocatesOnDrop {
+    fn drop(&mut self) {
+        assert_eq!(floats(1000).numel(), 1000);
+    }
+}
+
+thread_local! {
+    static AT_END: RefCell<Option<AllocatesOnDrop>> = const { RefCell::new(None) };
+    static GUARD: RefCell<Option<Scope>> = const { RefCell::new(None) };
+}
+
+/// A thread that ends with a scope open (forgotten, or kept in a thread-local) and then runs
+/// the destructor of a thread-local made before its first scope, which allocates: the
+/// allocation is not charged to the ended scope, and nothing freed is used (this crashed).
+#[test]
+fn a_thread_ending_with_a_scope_open_can_still_allocate_in_a_destructor() {
+    if !in_child() {
+        let out = child(
+            "a_thread_ending_with_a_scope_open_can_still_allocate_in_a_destructor",
+            &[],
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{:?}\n{stderr}", out.status);
+        return;
+    }
+    let before = ledger_state();
+    let forgotten = std::thread::spawn(|| {
+        AT_END.with(|s| *s.borrow_mut() = Some(AllocatesOnDrop));
+        std::mem::forget(Scope::enter(strict("forgotten")).unwrap());
+        drop(floats(4));
+    });
+    forgotten.join().unwrap();
+    let kept_in_a_thread_local = std::thread::spawn(|| {
+        AT_END.with(|s| *s.borrow_mut() = Some(AllocatesOnDrop));
+        GUARD.with(|_| ());
+        let scope = Scope::enter(strict("held")).unwrap();
+        GUARD.with(|g| *g.borrow_mut() = Some(scope));
+    });
+    kept_in_a_thread_local.join().unwrap();
     assert_eq!(ledger_state(), before);
 }

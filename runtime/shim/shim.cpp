@@ -511,6 +511,19 @@ namespace {
 // libc10, which this program links, registered its allocator before this runs; a failure here
 // is reported by the first scope's own call.
 [[maybe_unused]] const int installed_at_start = gs_install();
+
+// A thread that ends with a scope still open (a guard given to mem::forget, or kept in a
+// thread-local) removes what gs_thread_enter installed as its thread-locals are destroyed, in
+// the reverse order of their making: this one is made after those it reads (libtorch's debug
+// info, `installed`, `reporter_node`), so it goes before them, and before the destructors of
+// thread-locals made earlier run. Those may allocate: they must find neither this thread's
+// owner (freed with gpu-scope's thread state) nor a node freed with libtorch's debug info.
+struct LeaveAtThreadEnd {
+  bool made = false;
+  ~LeaveAtThreadEnd();
+};
+thread_local LeaveAtThreadEnd leave_at_thread_end;
+
 }  // namespace
 
 extern "C" {
@@ -541,6 +554,7 @@ int gs_thread_enter(const void* owner, int* stepped_aside) noexcept {
       *stepped_aside = 1;
     }
     thread_owner = owner;
+    leave_at_thread_end.made = true;
     try_attach_tracker();
   });
 }
@@ -584,6 +598,15 @@ int gs_thread_leave(void) noexcept {
     try_attach_tracker();
   });
 }
+
+}  // extern "C"
+
+// Also the thread's owner, its scope ended with gpu-scope's thread state (after this).
+LeaveAtThreadEnd::~LeaveAtThreadEnd() {
+  if (thread_owner != nullptr) gs_thread_leave();
+}
+
+extern "C" {
 
 void gs_await_inherited(int max_ms) noexcept {
   Installed& i = installed;

@@ -98,11 +98,14 @@ struct ThreadState {
 impl Drop for ThreadState {
     fn drop(&mut self) {
         // The thread is ending with scopes still open (forgotten guards): end them unchecked
-        // so that nothing stays behind. libtorch's own thread state may be gone: no shim calls.
+        // so that nothing stays behind. libtorch's own thread state may be gone: no shim calls
+        // (the shim removed its hooks as its own thread-locals went, just before this).
         let stack = std::mem::take(self.stack.get_mut());
         for level in stack.into_iter().rev().filter(|l| l.owned) {
             crate::ledger::close(&level.frame, None, &crate::ledger::KeepAll);
         }
+        // libtorch's threads that inherited the reporter charge nothing any more.
+        publish(self, None);
     }
 }
 
