@@ -5,8 +5,8 @@ mod common;
 use common::{child, floats, in_child, serial, strict};
 use gpu_scope::__introspect::{ledger_state, LedgerState};
 use gpu_scope::{gpu_scope, Error, Scope, ScopeOptions};
-use std::panic::catch_unwind;
 use std::cell::RefCell;
+use std::panic::catch_unwind;
 use tch::{Device, TchError, Tensor};
 
 /// Runs `f` with the panic message printer off (10 000 of them would flood the output).

@@ -695,3 +695,30 @@ fn a_var_store_this_thread_holds_locked_is_not_inspected() {
     assert!(report.uninspected_kept[0].contains("VarStore"), "{report}");
     drop(entry);
 }
+
+#[gpu_scope::gpu_scope(on_escape = error)]
+fn first_row_of_a_zeroed_leaf() -> Result<Tensor, gpu_scope::Error> {
+    let mut leaf = Tensor::zeros([3, 7], (Kind::Float, device())).set_requires_grad(true);
+    let row = leaf.narrow(0, 0, 1);
+    let _ = leaf.zero_();
+    Ok(row)
+}
+
+/// A view made with autograd off (as in any scope) of a tensor that requires grad, whose
+/// base was then changed in place: libtorch refuses to read its graph, and the view still
+/// keeps its storage (it counted for nothing, and what it kept was reported escaped).
+#[test]
+fn a_view_of_a_leaf_changed_in_place_since() {
+    let (row, report) = clean(scope(strict("view"), || {
+        let mut leaf = Tensor::zeros([3, 7], (Kind::Float, device())).set_requires_grad(true);
+        let row = leaf.narrow(0, 0, 1);
+        let _ = leaf.zero_();
+        row
+    }));
+    assert_eq!(on(&report).kept, block(84), "{report}");
+    assert_eq!(row.size(), [1, 7]);
+    let row = first_row_of_a_zeroed_leaf().unwrap();
+    assert_eq!(row.size(), [1, 7]);
+    let report = gpu_scope::last_report().unwrap();
+    assert_eq!(on(&report).kept, block(84), "{report}");
+}

@@ -445,6 +445,18 @@ void add_held(const at::Tensor& t, Storages& out) {
   }
 }
 
+// Whether `t` has a graph, and a leaf's .grad (only a leaf's: on other tensors libtorch warns
+// on stderr). libtorch refuses to read the graph of a view made with autograd off whose base
+// was changed in place since (it cannot be rebuilt): such a view has neither, and its storage
+// is already added.
+void add_autograd(const at::Tensor& t, Storages& out, int& flags) {
+  try {
+    if (t.grad_fn() != nullptr) flags |= GS_TENSOR_HAS_GRAPH;
+    if (t.requires_grad() && t.is_leaf()) add_storage(t.grad(), out);
+  } catch (const c10::Error&) {
+  }
+}
+
 const c10::TensorImpl* impl_of(const void* tensor) {
   return static_cast<const at::Tensor*>(tensor)->unsafeGetTensorImpl();
 }
@@ -687,9 +699,7 @@ int gs_tensor_storages(const void* const* tensors, size_t count, gs_storage* out
       if (!t.defined()) continue;
       add_storage(t, found);
       add_held(t, found);
-      if (t.grad_fn() != nullptr) flags[i] |= GS_TENSOR_HAS_GRAPH;
-      // Only a leaf's .grad is read: on other tensors libtorch warns on stderr.
-      if (t.requires_grad() && t.is_leaf()) add_storage(t.grad(), found);
+      add_autograd(t, found, flags[i]);
     }
     *n = found.n;
   });

@@ -199,9 +199,13 @@ impl StorageSet {
             ok = call(&mut more, &mut n);
         }
         if !ok {
-            // One tensor the shim could not read: the others are still added.
+            // One tensor the shim could not read: the others are still added, and what only
+            // that one keeps is not inspected rather than escaped.
             return match ts.len() {
-                1 => None,
+                1 => {
+                    self.add_uninspected("tch::Tensor (libtorch raised an error reading it)");
+                    None
+                }
                 _ => ts
                     .iter()
                     .fold(None, |key, t| self.add_tensor_key(t).or(key)),
