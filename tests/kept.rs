@@ -364,6 +364,37 @@ fn torchscript_constants_folded_at_a_first_call_outside_scopes_stay_out_of_them(
     }
 }
 
+/// A TorchScript method first called with autograd on (the default outside scopes) keeps
+/// making graphs for its outputs inside scopes, where autograd is off: a leak beside such an
+/// output counts under `autograd graph` (README, Limits), and the note says how to avoid it.
+/// Warmed up under `tch::no_grad`, the leak is an escape.
+#[test]
+fn torchscript_warmed_up_under_no_grad_hides_no_leak() {
+    use std::sync::Mutex;
+    static SINK: Mutex<Vec<Tensor>> = Mutex::new(Vec::new());
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/folded_constant.pt"
+    );
+    let x = Tensor::ones([3, 4], (tch::Kind::Float, Device::Cpu));
+    let leak_beside = |model: &tch::CModule| {
+        let scope = Scope::enter(strict("warmed up")).unwrap();
+        let y = model.forward_ts(&[&x]).unwrap();
+        SINK.lock().unwrap().push(floats(5));
+        scope.exit(&(model, &y))
+    };
+    let with_grad = tch::CModule::load(path).unwrap();
+    drop(with_grad.forward_ts(&[&x]).unwrap());
+    let r = leak_beside(&with_grad).unwrap();
+    assert!(r.held_by(HeldBy::AutogradGraph) >= block(20), "{r}");
+    assert!(r.to_string().contains("tch::no_grad"), "{r}");
+    let without = tch::CModule::load(path).unwrap();
+    tch::no_grad(|| drop(without.forward_ts(&[&x]).unwrap()));
+    let r = common::escaped(leak_beside(&without));
+    assert_eq!(r.escaped_bytes, block(20), "{r}");
+    SINK.lock().unwrap().clear();
+}
+
 /// A TorchScript model loaded inside the scope and handed back: its parameters are kept, its
 /// private buffers are not inspected (named), never escaped.
 #[test]

@@ -647,7 +647,9 @@ impl fmt::Display for ScopeReport {
                 f,
                 "  note: a kept tensor has an autograd graph made in this scope; its saved \
                  tensors cannot be listed, so unkept memory was counted under `autograd graph`, \
-                 not as escaped (hand back `.detach()`ed tensors, such as the loss, to check it)"
+                 not as escaped (hand back `.detach()`ed tensors, such as the loss, to check it; \
+                 a TorchScript method first called with autograd on makes one even in a scope: \
+                 call it first under `tch::no_grad`)"
             )?;
         }
         // Memory counted as not inspected always comes with the values that made it so.
