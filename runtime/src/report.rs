@@ -14,8 +14,6 @@ use std::fmt;
 use std::panic::Location;
 use std::time::Duration;
 
-/// A byte count that prints with a binary unit: `Bytes(1536)` prints `1.50 KiB`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 /// A scope's name as the report's text shows it: control characters (a newline, a tab) escaped,
 /// so that a name cannot break the report's lines or a log line.
 pub(crate) struct Name<'a>(pub(crate) &'a str);
@@ -33,6 +31,8 @@ impl fmt::Display for Name<'_> {
     }
 }
 
+/// A byte count that prints with a binary unit: `Bytes(1536)` prints `1.50 KiB`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct Bytes(pub u64);
 
 impl fmt::Display for Bytes {
