@@ -441,3 +441,24 @@ proptest! {
         prop_assert!(parsed.is_ok(), "parse_size panicked on {text:?}");
     }
 }
+
+/// A function that uses `async`, `await`, `dyn` or `try` as a name (edition 2015) is found,
+/// so that the attribute says it cannot scope it; their uses as keywords and `try!` are not.
+#[test]
+fn edition_2015_names_are_found() {
+    use crate::input::name_syn_cannot_read;
+    for item in [
+        "fn f() -> i64 { let async = 1; async }",
+        "fn f(dyn: i64) -> i64 { dyn }",
+        "fn f() { let x = (await, 1); }",
+        "fn f() { g(try); }",
+    ] {
+        assert!(name_syn_cannot_read(&tokens(item)).is_some(), "{item}");
+    }
+    for item in [
+        "async fn f(x: Box<dyn Tr>) -> i64 { x.g().await; try!(h()); async move { 1 }.await }",
+        "fn f() -> impl Fn() { || () }",
+    ] {
+        assert!(name_syn_cannot_read(&tokens(item)).is_none(), "{item}");
+    }
+}

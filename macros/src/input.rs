@@ -43,6 +43,27 @@ pub(crate) fn is_broken_fn(item: &TokenStream) -> bool {
         && syn::parse2::<TraitItemFn>(item.clone()).is_err()
 }
 
+/// Where `item` uses `async`, `await`, `dyn` or `try` as a name (`let async = 1;`), which an
+/// edition 2015 crate allows and syn cannot read: the first such name. rustc then finds no
+/// syntax error in the item given back, and the function would run unscoped, unsaid.
+pub(crate) fn name_syn_cannot_read(item: &TokenStream) -> Option<Span> {
+    let tokens: Vec<TokenTree> = item.clone().into_iter().collect();
+    tokens.iter().enumerate().find_map(|(i, tt)| match tt {
+        TokenTree::Group(g) => name_syn_cannot_read(&g.stream()),
+        TokenTree::Ident(name) if ["async", "await", "dyn", "try"].iter().any(|k| name == k) => {
+            let after_dot =
+                i > 0 && matches!(&tokens[i - 1], TokenTree::Punct(p) if p.as_char() == '.');
+            let as_name = match tokens.get(i + 1) {
+                None => true,
+                Some(TokenTree::Punct(p)) => "=:,;)".contains(p.as_char()),
+                Some(_) => false,
+            };
+            (as_name && !after_dot).then(|| name.span())
+        }
+        _ => None,
+    })
+}
+
 fn parse_item(item: TokenStream) -> syn::Result<ItemFn> {
     if let Ok(Item::Fn(func)) = syn::parse2(item.clone()) {
         return Ok(func);

@@ -32,7 +32,19 @@ pub fn gpu_scope(args: TokenStream, item: TokenStream) -> TokenStream {
     match expand_fn::expand(args.into(), item.into()) {
         Ok(tokens) => tokens.into(),
         // A syntax error in the function: rustc reports it in the item given back.
-        Err(_) if input::is_broken_fn(&original) => original.into(),
+        Err(_) if input::is_broken_fn(&original) => match input::name_syn_cannot_read(&original) {
+            // An edition 2015 name: no syntax error for rustc. (`compile_error!` unqualified:
+            // `::core` there is a path in the user's crate.)
+            Some(at) => {
+                let message = "#[gpu_scope] cannot read this function: it uses `async`, `await`, \
+                               `dyn` or `try` as a name, which edition 2015 allows; rename it, \
+                               or write it as a raw identifier (`r#async`)";
+                let mut out = quote::quote_spanned!(at=> compile_error! { #message });
+                out.extend(original);
+                out.into()
+            }
+            None => original.into(),
+        },
         // Emit the item untouched beside the error, so that only the error shows.
         Err(e) => {
             let mut out = e.into_compile_error();
