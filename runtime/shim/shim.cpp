@@ -544,7 +544,11 @@ int gs_thread_enter(const void* owner, int* stepped_aside) noexcept {
   return protect([&] {
     thread_local std::shared_ptr<Reporter> reporter = std::make_shared<Reporter>(owner);
     *stepped_aside = 0;
+    // libtorch's debug info, then what leave_at_thread_end reads, then it (below): destroyed
+    // in the reverse order.
     c10::DebugInfoBase* top = slot();
+    (void)installed;
+    (void)reporter_node;
     if (top == nullptr) {
       using Info = c10::ThreadLocalDebugInfo;
       bool bare = Info::current() == nullptr;
