@@ -102,17 +102,20 @@ fn warn(location: &'static Location<'static>, error: &Error) {
         (seen.count, new_kind || first_attributed)
     };
     if full {
-        match error {
+        // Formatted first and written whole: stderr is unbuffered, and a report written piece
+        // by piece (each padded figure, each escape's row) makes a system call per piece.
+        let text = match error {
             // Messages that name no scope, or only its name: where it was opened.
             Error::ThreadEnding | Error::TooDeep { .. } | Error::EndedByEnclosing { .. } => {
-                eprintln!(
+                format!(
                     "{error} (the scope at {}:{})",
                     location.file(),
                     location.line()
                 )
             }
-            _ => eprintln!("{error}"),
-        }
+            _ => error.to_string(),
+        };
+        eprintln!("{text}");
     } else if count.is_power_of_two() {
         // A scope that could not be entered (or was ended by its enclosing scope) was not
         // checked: its line says so, and points at a message rather than a report.
