@@ -710,3 +710,60 @@ fn device_ids_print_as_libtorch_names_them() {
     assert_eq!(DeviceId::from(Device::Cuda(1)).to_string(), "cuda:1");
     assert_eq!(DeviceId::from(Device::Cpu).to_string(), "cpu");
 }
+
+/// The one-byte probe that finds out whether the allocator reports waits for room: on a full
+/// device (no free small block, no room for a segment) it would run the allocator out of
+/// memory, which first gives back the whole cache with a synchronizing free. A scope that
+/// allocated nothing there, with `release = never`, then leaves the cache and the device
+/// alone.
+#[cfg(feature = "fake-cuda")]
+#[test]
+fn the_allocator_probe_waits_for_room_on_a_full_device() {
+    use gpu_scope::EscapePolicy;
+    const FAKE_TOTAL: i64 = 80 << 30; // runtime/shim/fake_cuda: the fake device's memory
+    let bytes = |n: i64| Tensor::f_empty([n], (Kind::Uint8, Device::Cuda(0)));
+    if in_child() {
+        drop(floats(1, 0));
+        let cache = bytes(10 << 30).unwrap();
+        let mut full = Vec::new();
+        loop {
+            let left = FAKE_TOTAL - memory_stats(Device::Cuda(0)).unwrap().reserved as i64;
+            let n = if left >= 11 << 30 {
+                10 << 30
+            } else {
+                left / (20 << 20) * (20 << 20)
+            };
+            if n < 20 << 20 {
+                break;
+            }
+            full.push(bytes(n).unwrap());
+        }
+        while let Ok(t) = bytes(512) {
+            full.push(t);
+        }
+        drop(cache);
+        let before = (memory_stats(Device::Cuda(0)).unwrap(), unsafe {
+            gs_fake_cuda_synchronizations()
+        });
+        let opts = ScopeOptions::new("cpu only")
+            .on_escape(EscapePolicy::Error)
+            .release(ReleasePolicy::Never);
+        let (_, r) = scope(opts, || drop(common::cpu_floats(4))).unwrap();
+        assert!(r.is_clean(), "{r}");
+        let after = (memory_stats(Device::Cuda(0)).unwrap(), unsafe {
+            gs_fake_cuda_synchronizations()
+        });
+        assert_eq!(after, before, "the cache given back, or a synchronize: {r}");
+        return;
+    }
+    if cuda(1).is_none() {
+        return;
+    }
+    let out = child("the_allocator_probe_waits_for_room_on_a_full_device", &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -872,12 +872,25 @@ static int probe_device(c10::DeviceType type) {
   return -1;
 }
 
+// Whether a one-byte request on the device can be served without running its allocator out of
+// memory: from a free block of the small pool, or from a new 2 MiB segment that fits. On a full
+// device the allocator would first give back every cached segment (a synchronizing free) and
+// count an out-of-memory that the program never had.
+static bool room_for_probe(int dev_index) {
+  const auto d = static_cast<c10::DeviceIndex>(dev_index);
+  const auto stats = at::accelerator::getDeviceStats(d);
+  constexpr auto small = static_cast<size_t>(c10::CachingAllocator::StatType::SMALL_POOL);
+  if (stats.reserved_bytes[small].current > stats.allocated_bytes[small].current) return true;
+  return at::accelerator::getMemoryInfo(d).first >= (size_t{4} << 20);
+}
+
 int gs_probe_reports(int* reported) noexcept {
   *reported = -1;
   return accelerator_call([&] {
     c10::DeviceType type = accelerator_type();
     const int dev_index = probe_device(type);
-    if (dev_index < 0) return;
+    // Not now: a later scope asks again.
+    if (dev_index < 0 || !room_for_probe(dev_index)) return;
     probing = true;
     probe_seen = false;
     try {

@@ -192,7 +192,8 @@ pub(crate) fn allocator_reports_nothing() -> bool {
 /// does; `cudaMallocAsync` and `PYTORCH_NO_CUDA_MEMORY_CACHING=1` do not). Found out once per
 /// process by a one-byte probe on a device the process works on (never one it has not used:
 /// that would reserve memory and make a context there), which must run inside a scope whose
-/// reporter is installed; `None` until the allocator is initialized and a device is in use.
+/// reporter is installed; `None` until the allocator is initialized, a device is in use and
+/// has room for the probe (on a full device the allocator would empty its cache first).
 pub(crate) fn allocator_reports() -> Option<bool> {
     if let Some(&known) = REPORTS.get() {
         return Some(known);
