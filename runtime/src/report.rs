@@ -14,14 +14,15 @@ use std::fmt;
 use std::panic::Location;
 use std::time::Duration;
 
-/// A scope's name as the report's text shows it: control characters (a newline, a tab) escaped,
-/// so that a name cannot break the report's lines or a log line.
+/// A scope's name as the report's text shows it: control characters (a newline, a tab) and
+/// bidirectional overrides escaped, so that a name cannot break or reorder the report's lines
+/// or a log line.
 pub(crate) struct Name<'a>(pub(crate) &'a str);
 
 impl fmt::Display for Name<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for c in self.0.chars() {
-            if c.is_control() {
+            if c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') {
                 write!(f, "{}", c.escape_default())?;
             } else {
                 fmt::Write::write_char(f, c)?;
@@ -913,14 +914,17 @@ mod tests {
     /// on one line; the report itself keeps the name as given.
     #[test]
     fn control_characters_in_a_name_are_escaped_in_the_text() {
-        let r = report("step\n\t2", 1);
+        let r = report("step\n\t2\u{202e}", 1);
         let text = r.to_string();
-        assert!(text.starts_with("scope `step\\n\\t2` at "), "{text}");
-        assert_eq!(r.name, "step\n\t2");
+        assert!(
+            text.starts_with("scope `step\\n\\t2\\u{202e}` at "),
+            "{text}"
+        );
+        assert_eq!(r.name, "step\n\t2\u{202e}");
         let message = crate::Error::Escaped(Box::new(r)).to_string();
         let first = message.lines().next().unwrap();
         assert!(
-            first.ends_with("escaped scope `step\\n\\t2` (64 B)"),
+            first.ends_with("escaped scope `step\\n\\t2\\u{202e}` (64 B)"),
             "{first}"
         );
     }
