@@ -224,5 +224,19 @@ fn a_thread_ending_with_a_scope_open_can_still_allocate_in_a_destructor() {
         GUARD.with(|g| *g.borrow_mut() = Some(scope));
     });
     kept_in_a_thread_local.join().unwrap();
+    // The shim's thread-locals made before libtorch's debug info (a handle to an ended scope
+    // used first): the leave at the thread's end still goes before the debug info.
+    let ended = {
+        let scope = Scope::enter(strict("ended")).unwrap();
+        let handle = gpu_scope::current().unwrap();
+        scope.exit(&()).unwrap();
+        handle
+    };
+    let shim_first = std::thread::spawn(move || {
+        AT_END.with(|s| *s.borrow_mut() = Some(AllocatesOnDrop));
+        ended.in_scope(|| ());
+        std::mem::forget(Scope::enter(strict("forgotten")).unwrap());
+    });
+    shim_first.join().unwrap();
     assert_eq!(ledger_state(), before);
 }

@@ -446,14 +446,16 @@ void add_held(const at::Tensor& t, Storages& out) {
 }
 
 // Whether `t` has a graph, and a leaf's .grad (only a leaf's: on other tensors libtorch warns
-// on stderr). libtorch refuses to read the graph of a view made with autograd off whose base
-// was changed in place since (it cannot be rebuilt): such a view has neither, and its storage
-// is already added.
+// on stderr). libtorch refuses to read the graph of some views whose base was changed in place
+// since (made with autograd off, or by an operator with several outputs): such a view is no
+// leaf, its storage is already added, and the graph its base has (which it keeps) stands for
+// its own.
 void add_autograd(const at::Tensor& t, Storages& out, int& flags) {
   try {
     if (t.grad_fn() != nullptr) flags |= GS_TENSOR_HAS_GRAPH;
     if (t.requires_grad() && t.is_leaf()) add_storage(t.grad(), out);
   } catch (const c10::Error&) {
+    if (t.is_view() && t._base().grad_fn() != nullptr) flags |= GS_TENSOR_HAS_GRAPH;
   }
 }
 
@@ -526,15 +528,15 @@ namespace {
 
 // A thread that ends with a scope still open (a guard given to mem::forget, or kept in a
 // thread-local) removes what gs_thread_enter installed as its thread-locals are destroyed, in
-// the reverse order of their making: this one is made after those it reads (libtorch's debug
-// info, `installed`, `reporter_node`), so it goes before them, and before the destructors of
-// thread-locals made earlier run. Those may allocate: they must find neither this thread's
-// owner (freed with gpu-scope's thread state) nor a node freed with libtorch's debug info.
+// the reverse order of their making: one of these is made (in gs_thread_enter) after those it
+// reads (libtorch's debug info, this file's thread-locals, which are made together), so it goes
+// before them, and before the destructors of thread-locals made earlier run. Those may
+// allocate: they must find neither this thread's owner (freed with gpu-scope's thread state)
+// nor a node freed with libtorch's debug info. (A profiler started inside the scope and still
+// running sits above the reporter and stays: libtorch's own hazard then.)
 struct LeaveAtThreadEnd {
-  bool made = false;
   ~LeaveAtThreadEnd();
 };
-thread_local LeaveAtThreadEnd leave_at_thread_end;
 
 }  // namespace
 
@@ -544,11 +546,11 @@ int gs_thread_enter(const void* owner, int* stepped_aside) noexcept {
   return protect([&] {
     thread_local std::shared_ptr<Reporter> reporter = std::make_shared<Reporter>(owner);
     *stepped_aside = 0;
-    // libtorch's debug info, then what leave_at_thread_end reads, then it (below): destroyed
-    // in the reverse order.
+    // libtorch's debug info, then this file's thread-locals, then the leave that reads them:
+    // destroyed in the reverse order.
     c10::DebugInfoBase* top = slot();
     (void)installed;
-    (void)reporter_node;
+    thread_local LeaveAtThreadEnd leave_at_thread_end;
     if (top == nullptr) {
       using Info = c10::ThreadLocalDebugInfo;
       bool bare = Info::current() == nullptr;
@@ -570,7 +572,6 @@ int gs_thread_enter(const void* owner, int* stepped_aside) noexcept {
       *stepped_aside = 1;
     }
     thread_owner = owner;
-    leave_at_thread_end.made = true;
     try_attach_tracker();
   });
 }
@@ -854,34 +855,53 @@ int gs_autocast_clear(int* cleared) noexcept {
   });
 }
 
-// A device the process already works on, for the probe: the first that holds memory, else the
-// first with a context (an allocator that keeps no statistics); -1 when there is none, so that
-// the probe creates no context and reserves nothing on a device the program never uses.
+// Whether a one-byte request on device `d` can be served without running its allocator out of
+// memory: from a free block of its small pool, or from a new 2 MiB segment that fits. On a full
+// device the caching allocator would first give back every cached segment (a synchronizing
+// free) and count an out-of-memory that the program never had. An allocator without those
+// pools (cudaMallocAsync's) has no such cache; one that cannot say what is free is probed.
+static bool room_for_probe(c10::DeviceIndex d,
+                           const c10::CachingDeviceAllocator::DeviceStats& stats) {
+  using c10::CachingAllocator::StatType;
+  const auto& small = stats.reserved_bytes[static_cast<size_t>(StatType::SMALL_POOL)];
+  const auto& large = stats.reserved_bytes[static_cast<size_t>(StatType::LARGE_POOL)];
+  if (small.current == 0 && large.current == 0) return true;
+  if (small.current > stats.allocated_bytes[static_cast<size_t>(StatType::SMALL_POOL)].current)
+    return true;
+  try {
+    return at::accelerator::getMemoryInfo(d).first >= (size_t{4} << 20);
+  } catch (const c10::Error&) {
+    return true;
+  }
+}
+
+// A device the process already works on, with room for the probe: the first that holds
+// memory, else the first with a context (an allocator that keeps no statistics); -1 when there
+// is none, so that the probe creates no context and reserves nothing on a device the program
+// never uses, and runs no device out of memory.
 static int probe_device(c10::DeviceType type) {
   const auto count = static_cast<int>(at::accelerator::deviceCount());
   for (int i = 0; i < count; ++i) {
-    int64_t allocated = 0, reserved = 0, peak = 0, releasable = 0;
-    if (gs_device_stats_unchecked(i, &allocated, &reserved, &peak, &releasable) == 0 &&
-        reserved > 0)
-      return i;
+    const auto d = static_cast<c10::DeviceIndex>(i);
+    try {
+      const auto stats = at::accelerator::getDeviceStats(d);
+      constexpr auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+      if (stats.reserved_bytes[all].current > 0 && room_for_probe(d, stats)) return i;
+    } catch (const c10::Error&) {
+    }
   }
   const auto& hooks = at::globalContext().getAcceleratorHooksInterface(type);
   for (int i = 0; i < count; ++i) {
-    if (hooks.hasPrimaryContext(static_cast<c10::DeviceIndex>(i))) return i;
+    const auto d = static_cast<c10::DeviceIndex>(i);
+    if (!hooks.hasPrimaryContext(d)) continue;
+    try {
+      if (!room_for_probe(d, at::accelerator::getDeviceStats(d))) continue;
+    } catch (const c10::Error&) {
+      // No statistics: nothing says it is full.
+    }
+    return i;
   }
   return -1;
-}
-
-// Whether a one-byte request on the device can be served without running its allocator out of
-// memory: from a free block of the small pool, or from a new 2 MiB segment that fits. On a full
-// device the allocator would first give back every cached segment (a synchronizing free) and
-// count an out-of-memory that the program never had.
-static bool room_for_probe(int dev_index) {
-  const auto d = static_cast<c10::DeviceIndex>(dev_index);
-  const auto stats = at::accelerator::getDeviceStats(d);
-  constexpr auto small = static_cast<size_t>(c10::CachingAllocator::StatType::SMALL_POOL);
-  if (stats.reserved_bytes[small].current > stats.allocated_bytes[small].current) return true;
-  return at::accelerator::getMemoryInfo(d).first >= (size_t{4} << 20);
 }
 
 int gs_probe_reports(int* reported) noexcept {
@@ -889,8 +909,8 @@ int gs_probe_reports(int* reported) noexcept {
   return accelerator_call([&] {
     c10::DeviceType type = accelerator_type();
     const int dev_index = probe_device(type);
-    // Not now: a later scope asks again.
-    if (dev_index < 0 || !room_for_probe(dev_index)) return;
+    // None in use, or none with room: a later scope asks again.
+    if (dev_index < 0) return;
     probing = true;
     probe_seen = false;
     try {

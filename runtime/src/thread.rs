@@ -99,13 +99,14 @@ impl Drop for ThreadState {
     fn drop(&mut self) {
         // The thread is ending with scopes still open (forgotten guards): end them unchecked
         // so that nothing stays behind. libtorch's own thread state may be gone: no shim calls
-        // (the shim removed its hooks as its own thread-locals went, just before this).
+        // (the shim took its reporter out of libtorch's debug info as its own thread-locals
+        // went, just before this). libtorch's threads that inherited the reporter charge
+        // nothing from now on.
+        publish(self, None);
         let stack = std::mem::take(self.stack.get_mut());
         for level in stack.into_iter().rev().filter(|l| l.owned) {
             crate::ledger::close(&level.frame, None, &crate::ledger::KeepAll);
         }
-        // libtorch's threads that inherited the reporter charge nothing any more.
-        publish(self, None);
     }
 }
 
