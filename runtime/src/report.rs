@@ -14,15 +14,15 @@ use std::fmt;
 use std::panic::Location;
 use std::time::Duration;
 
-/// A scope's name as the report's text shows it: control characters (a newline, a tab) and
-/// bidirectional overrides escaped, so that a name cannot break or reorder the report's lines
+/// A scope's name as the report's text shows it: control characters (a newline, a tab), line
+/// and paragraph separators and bidirectional overrides escaped, so that a name cannot break or reorder the report's lines
 /// or a log line.
 pub(crate) struct Name<'a>(pub(crate) &'a str);
 
 impl fmt::Display for Name<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for c in self.0.chars() {
-            if c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') {
+            if c.is_control() || matches!(c, '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}') {
                 write!(f, "{}", c.escape_default())?;
             } else {
                 fmt::Write::write_char(f, c)?;

@@ -203,7 +203,11 @@ impl StorageSet {
             // that one keeps is not inspected rather than escaped.
             return match ts.len() {
                 1 => {
-                    self.add_uninspected("tch::Tensor (libtorch raised an error reading it)");
+                    // Unless it was made before the scope (a borrowed argument): then it holds
+                    // nothing the scope made.
+                    if !self.made_before {
+                        self.add_uninspected("tch::Tensor (libtorch raised an error reading it)");
+                    }
                     None
                 }
                 _ => ts
