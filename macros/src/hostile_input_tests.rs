@@ -443,21 +443,30 @@ proptest! {
 }
 
 /// A function that uses `async`, `await`, `dyn` or `try` as a name (edition 2015) is found,
-/// so that the attribute says it cannot scope it; their uses as keywords and `try!` are not.
+/// so that the attribute says it cannot scope it; their uses as keywords and `try!` are not,
+/// nor is a function that does not read for another reason.
 #[test]
 fn edition_2015_names_are_found() {
     use crate::input::name_syn_cannot_read;
-    for item in [
-        "fn f() -> i64 { let async = 1; async }",
-        "fn f(dyn: i64) -> i64 { dyn }",
-        "fn f() { let x = (await, 1); }",
-        "fn f() { g(try); }",
+    for (item, word) in [
+        ("fn f() -> i64 { let async = 1; async }", "async"),
+        ("fn f(dyn: i64) -> i64 { dyn + 1 }", "dyn"),
+        ("fn f() { let x = (await, 1); }", "await"),
+        ("fn f() { g(try); }", "try"),
+        ("fn f(x: S) -> i64 { x.dyn + async(1) }", "dyn"),
+        ("fn f() { fn async() {} }", "async"),
     ] {
-        assert!(name_syn_cannot_read(&tokens(item)).is_some(), "{item}");
+        let found = name_syn_cannot_read(&tokens(item));
+        assert_eq!(
+            found.map(|w| w.to_string()),
+            Some(word.to_owned()),
+            "{item}"
+        );
     }
     for item in [
         "async fn f(x: Box<dyn Tr>) -> i64 { x.g().await; try!(h()); async move { 1 }.await }",
-        "fn f() -> impl Fn() { || () }",
+        "fn f() -> Box<dyn ::core::any::Any> { let async = 1 x; }",
+        "fn f() { let x = 1 x; }",
     ] {
         assert!(name_syn_cannot_read(&tokens(item)).is_none(), "{item}");
     }

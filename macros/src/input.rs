@@ -1,6 +1,6 @@
 //! What the macros are given, parsed: options and a function, or options and a block.
 use crate::options::{Form, Options};
-use proc_macro2::{Delimiter, Span, TokenStream, TokenTree};
+use proc_macro2::{Delimiter, Group, Ident, Spacing, Span, TokenStream, TokenTree};
 use syn::parse::{Parse, ParseStream, Parser};
 use syn::{Block, Item, ItemFn, Token, TraitItemFn};
 
@@ -43,25 +43,64 @@ pub(crate) fn is_broken_fn(item: &TokenStream) -> bool {
         && syn::parse2::<TraitItemFn>(item.clone()).is_err()
 }
 
-/// Where `item` uses `async`, `await`, `dyn` or `try` as a name (`let async = 1;`), which an
-/// edition 2015 crate allows and syn cannot read: the first such name. rustc then finds no
-/// syntax error in the item given back, and the function would run unscoped, unsaid.
-pub(crate) fn name_syn_cannot_read(item: &TokenStream) -> Option<Span> {
-    let tokens: Vec<TokenTree> = item.clone().into_iter().collect();
-    tokens.iter().enumerate().find_map(|(i, tt)| match tt {
-        TokenTree::Group(g) => name_syn_cannot_read(&g.stream()),
-        TokenTree::Ident(name) if ["async", "await", "dyn", "try"].iter().any(|k| name == k) => {
-            let after_dot =
-                i > 0 && matches!(&tokens[i - 1], TokenTree::Punct(p) if p.as_char() == '.');
-            let as_name = match tokens.get(i + 1) {
-                None => true,
-                Some(TokenTree::Punct(p)) => "=:,;)".contains(p.as_char()),
-                Some(_) => false,
-            };
-            (as_name && !after_dot).then(|| name.span())
-        }
-        _ => None,
-    })
+/// The first of `async`, `await`, `dyn` and `try` that `item` uses as a name (`let async =
+/// 1;`), which an edition 2015 crate allows and syn cannot read: rustc then finds no syntax
+/// error in the item given back, and the function would run unscoped, unsaid. Found by
+/// writing each one not in a keyword's place as a raw identifier (`r#async`): the item then
+/// reads.
+pub(crate) fn name_syn_cannot_read(item: &TokenStream) -> Option<Ident> {
+    let mut found = Vec::new();
+    let raw = as_raw_names(item.clone(), &mut found);
+    (!found.is_empty() && !is_broken_fn(&raw)).then(|| found.swap_remove(0))
+}
+
+/// `tokens` with each of those words that is not in a keyword's place made raw, and the words.
+fn as_raw_names(tokens: TokenStream, found: &mut Vec<Ident>) -> TokenStream {
+    let tokens: Vec<TokenTree> = tokens.into_iter().collect();
+    let punct = |i: usize, c: char| match tokens.get(i) {
+        Some(TokenTree::Punct(p)) => p.as_char() == c,
+        _ => false,
+    };
+    // `::`, not the `:` after a name.
+    let path_start = |i: usize| match tokens.get(i) {
+        Some(TokenTree::Punct(p)) => p.as_char() == ':' && p.spacing() == Spacing::Joint,
+        _ => false,
+    };
+    let brace = |i: usize| match tokens.get(i) {
+        Some(TokenTree::Group(g)) => g.delimiter() == Delimiter::Brace,
+        _ => false,
+    };
+    let ident = |i: usize, words: &[&str]| match tokens.get(i) {
+        Some(TokenTree::Ident(w)) => words.is_empty() || words.iter().any(|k| w == k),
+        _ => false,
+    };
+    let keyword = |i: usize, word: &str| match word {
+        "await" => i > 0 && punct(i - 1, '.'),
+        "async" => ident(i + 1, &["fn", "unsafe", "move"]) || punct(i + 1, '|') || brace(i + 1),
+        "dyn" => ident(i + 1, &[]) || path_start(i + 1) || punct(i + 1, '\''),
+        _ => punct(i + 1, '!') || brace(i + 1),
+    };
+    let mut out = Vec::with_capacity(tokens.len());
+    for (i, tt) in tokens.iter().enumerate() {
+        out.push(match tt {
+            TokenTree::Group(g) => {
+                let mut group = Group::new(g.delimiter(), as_raw_names(g.stream(), found));
+                group.set_span(g.span());
+                TokenTree::Group(group)
+            }
+            TokenTree::Ident(w) => {
+                let word = w.to_string();
+                if ["async", "await", "dyn", "try"].contains(&word.as_str()) && !keyword(i, &word) {
+                    found.push(w.clone());
+                    TokenTree::Ident(Ident::new_raw(&word, w.span()))
+                } else {
+                    tt.clone()
+                }
+            }
+            _ => tt.clone(),
+        });
+    }
+    out.into_iter().collect()
 }
 
 fn parse_item(item: TokenStream) -> syn::Result<ItemFn> {

@@ -35,11 +35,13 @@ pub fn gpu_scope(args: TokenStream, item: TokenStream) -> TokenStream {
         Err(_) if input::is_broken_fn(&original) => match input::name_syn_cannot_read(&original) {
             // An edition 2015 name: no syntax error for rustc. (`compile_error!` unqualified:
             // `::core` there is a path in the user's crate.)
-            Some(at) => {
-                let message = "#[gpu_scope] cannot read this function: it uses `async`, `await`, \
-                               `dyn` or `try` as a name, which edition 2015 allows; rename it, \
-                               or write it as a raw identifier (`r#async`)";
-                let mut out = quote::quote_spanned!(at=> compile_error! { #message });
+            Some(word) => {
+                let message = format!(
+                    "#[gpu_scope] cannot read this function: it uses `{word}` as a name, which \
+                     edition 2015 allows; rename it, or write it as a raw identifier \
+                     (`r#{word}`)"
+                );
+                let mut out = quote::quote_spanned!(word.span()=> compile_error! { #message });
                 out.extend(original);
                 out.into()
             }
