@@ -104,6 +104,7 @@ fn warn(location: &'static Location<'static>, error: &Error) {
     if full {
         // Formatted first and written whole: stderr is unbuffered, and a report written piece
         // by piece (each padded figure, each escape's row) makes a system call per piece.
+        // (`eprint!`, which a test harness captures.)
         let mut text = match error {
             // Messages that name no scope, or only its name: where it was opened.
             Error::ThreadEnding | Error::TooDeep { .. } | Error::EndedByEnclosing { .. } => {
@@ -116,7 +117,7 @@ fn warn(location: &'static Location<'static>, error: &Error) {
             _ => error.to_string(),
         };
         text.push('\n');
-        let _ = std::io::Write::write_all(&mut std::io::stderr(), text.as_bytes());
+        eprint!("{text}");
     } else if count.is_power_of_two() {
         // A scope that could not be entered (or was ended by its enclosing scope) was not
         // checked: its line says so, and points at a message rather than a report.
