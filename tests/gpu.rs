@@ -5,7 +5,7 @@
 //! says why it is skipped.
 mod common;
 
-use common::{child, escaped, in_child, strict};
+use common::{child_ok, escaped, in_child, strict};
 use gpu_scope::{
     memory_stats, scope, DeviceId, DeviceReport, HeldBy, ReleasePolicy, ScopeOptions, ScopeReport,
 };
@@ -497,13 +497,7 @@ fn a_program_ends_normally_while_its_threads_still_release_device_caches() {
     }
     let name = "a_program_ends_normally_while_its_threads_still_release_device_caches";
     for end in ["return", "exit", "return", "exit"] {
-        let out = child(name, &[("END", end)]);
-        assert!(
-            out.status.success(),
-            "{end}: {:?}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
+        child_ok(name, &[("END", end)]);
     }
 }
 
@@ -567,13 +561,8 @@ fn a_running_profiler_is_never_disturbed() {
         }
         return;
     }
-    let out = child("a_running_profiler_is_never_disturbed", &[]);
+    let out = child_ok("a_running_profiler_is_never_disturbed", &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "{stderr}\n{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
     assert_eq!(
         stderr.matches("profiler holds").count(),
         1,
@@ -632,12 +621,7 @@ fn an_allocator_that_reports_nothing_is_not_tracked() {
         ]
     };
     for &env in envs {
-        let out = child("an_allocator_that_reports_nothing_is_not_tracked", &[env]);
-        assert!(
-            out.status.success(),
-            "{env:?}: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
+        child_ok("an_allocator_that_reports_nothing_is_not_tracked", &[env]);
     }
 }
 
@@ -668,12 +652,7 @@ fn the_allocator_probe_leaves_unused_devices_alone() {
         return;
     }
     for env in [&[][..], &[("EMPTIED", "1")][..]] {
-        let out = child("the_allocator_probe_leaves_unused_devices_alone", env);
-        assert!(
-            out.status.success(),
-            "{env:?}: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
+        child_ok("the_allocator_probe_leaves_unused_devices_alone", env);
     }
 }
 
@@ -759,11 +738,5 @@ fn the_allocator_probe_waits_for_room_on_a_full_device() {
     if cuda(1).is_none() {
         return;
     }
-    let out = child("the_allocator_probe_waits_for_room_on_a_full_device", &[]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    child_ok("the_allocator_probe_waits_for_room_on_a_full_device", &[]);
 }

@@ -4,7 +4,7 @@
 //! runs in a child process to see its stderr and environment.
 mod common;
 
-use common::{child, floats, in_child, strict};
+use common::{child, child_ok, floats, in_child, strict};
 use gpu_scope::{scope, Error, EscapePolicy, Scope, ScopeOptions};
 use std::sync::Mutex;
 use tch::{Device, Kind, Tensor};
@@ -506,13 +506,8 @@ fn every_exit_is_a_debug_event() {
         println!("last: {}", gpu_scope::last_report().unwrap().name);
         return;
     }
-    let out = child("every_exit_is_a_debug_event", &[]);
+    let out = child_ok("every_exit_is_a_debug_event", &[]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let exited: Vec<&str> = stdout
         .lines()
         .filter(|l| l.contains("DEBUG") && l.contains("exited"))

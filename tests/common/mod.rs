@@ -149,3 +149,16 @@ pub fn child(name: &str, envs: &[(&str, &str)]) -> std::process::Output {
     }
     command.output().unwrap()
 }
+
+/// [`child`], which must succeed: otherwise its exit status, stdout and stderr are shown.
+pub fn child_ok(name: &str, envs: &[(&str, &str)]) -> std::process::Output {
+    let out = child(name, envs);
+    assert!(
+        out.status.success(),
+        "child `{name}` {envs:?}: {}\n--- stdout\n{}\n--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
