@@ -292,7 +292,7 @@ impl OpenScope {
         // Every exit, checked or not (a panic, a dropped guard, `abandon`, an exit after the
         // enclosing scope ended it); the copy first, should a subscriber panic.
         report::set_last(&report);
-        tracing::debug!(target: "gpu_scope", report = %report.to_json(), "scope `{}` exited", crate::report::Name(&report.name));
+        tracing::debug!(target: "gpu_scope", report = %report.to_json(), "scope `{}` exited", report::Name(&report.name));
         report
     }
 

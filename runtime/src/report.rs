@@ -15,8 +15,8 @@ use std::panic::Location;
 use std::time::Duration;
 
 /// A scope's name as the report's text shows it: control characters (a newline, a tab), line
-/// and paragraph separators and bidirectional overrides escaped, so that a name cannot break or reorder the report's lines
-/// or a log line.
+/// and paragraph separators and bidirectional overrides escaped, so that a name can neither
+/// break nor reorder the report's lines or a log line.
 pub(crate) struct Name<'a>(pub(crate) &'a str);
 
 impl fmt::Display for Name<'_> {
