@@ -26,7 +26,8 @@ pub use tch::Device;
 #[derive(Debug)]
 pub struct ScopeGuard {
     scope: Option<OpenScope>,
-    _not_send: std::marker::PhantomData<*const ()>,
+    _not_send:
+        std::marker::PhantomData<*const crate::scope::ScopeBlockOpenAcrossAwaitUseGpuScopeAsyncFn>,
 }
 
 impl ScopeGuard {

@@ -14,8 +14,19 @@ use std::marker::PhantomData;
 #[derive(Debug)]
 pub struct Scope {
     open: OpenScope,
-    _not_send: PhantomData<*const ()>,
+    _not_send: PhantomData<*const ScopeStaysOnItsThreadUseGpuScopeCurrent>,
 }
+
+/// Makes [`Scope`] not `Send`, with a name that says what to do in the compiler's error when a
+/// scope is moved to another thread ("`*const ScopeStaysOnItsThreadUseGpuScopeCurrent` cannot
+/// be sent between threads safely"): carry it with [`current`](crate::current).
+#[derive(Debug)]
+enum ScopeStaysOnItsThreadUseGpuScopeCurrent {}
+
+/// The same for a `scope!` block's guard, when the block stays open across an `.await` it
+/// could not see (one a macro makes): make the async code a `#[gpu_scope] async fn`.
+#[derive(Debug)]
+pub(crate) enum ScopeBlockOpenAcrossAwaitUseGpuScopeAsyncFn {}
 
 impl Scope {
     /// Opens a scope on this thread. Fails if the options name a device that does not exist
