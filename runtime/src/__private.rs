@@ -425,13 +425,43 @@ impl<T: Tensors + ?Sized> ViaShared for &Owned<'_, Option<Rc<T>>> {
 
 /// Chosen for any other type with a [`Tensors`] impl, generic arguments bound by it included:
 /// what it shares is found at run time, through [`Tensors::__gpu_scope_shared`].
-pub trait ViaOwnTensors {
-    fn __gpu_scope_share(&self) -> Share;
+pub trait ViaOwnTensors<T: ?Sized> {
+    fn __gpu_scope_share(&self) -> OwnShare<T>;
 }
 
-impl<T: Tensors + ?Sized> ViaOwnTensors for &&Owned<'_, T> {
-    fn __gpu_scope_share(&self) -> Share {
-        self.0.__gpu_scope_shared(crate::tensors::Seal(()))
+impl<T: Tensors + ?Sized> ViaOwnTensors<T> for &&Owned<'_, T> {
+    fn __gpu_scope_share(&self) -> OwnShare<T> {
+        OwnShare(
+            self.0.__gpu_scope_shared(crate::tensors::Seal(())),
+            std::marker::PhantomData,
+        )
+    }
+}
+
+/// The [`Share`] of an argument of type `T`: `Send` and `Sync` only where `T` is (it may hold
+/// an `Rc`'s `Weak`, or a borrow of a `RefCell`), and living no longer than the borrows in `T`.
+///
+/// ```compile_fail,E0277
+/// use gpu_scope_runtime::__private::{Owned, ViaOwnTensors as _};
+/// let rc = std::rc::Rc::new(tch::Tensor::from_slice(&[1.0f32]));
+/// let share = (&&Owned(&rc)).__gpu_scope_share();
+/// std::thread::spawn(move || drop(share));
+/// ```
+/// ```compile_fail,E0597
+/// use gpu_scope_runtime::__private::{Owned, ViaOwnTensors as _};
+/// let share = {
+///     let v = vec![tch::Tensor::from_slice(&[1.0f32])];
+///     let r = &v;
+///     (&&Owned(&r)).__gpu_scope_share()
+/// };
+/// drop(share);
+/// ```
+#[allow(missing_debug_implementations)]
+pub struct OwnShare<T: ?Sized>(Share, std::marker::PhantomData<T>);
+
+impl<T: ?Sized> Tensors for OwnShare<T> {
+    fn visit(&self, set: &mut StorageSet) {
+        self.0.visit(set)
     }
 }
 
@@ -447,9 +477,8 @@ struct Erased {
     free: unsafe fn(*mut ()),
 }
 
-// SAFETY: a `Share` is made from an owned argument of a scoped function and lives in that
-// function's frame (or its future) beside where the argument was, so it crosses threads only
-// where the argument's own type could: a future holding an `Rc` argument is not `Send`.
+// SAFETY: other crates get a `Share` only inside an [`OwnShare`] of the argument's type, which
+// is `Send` and `Sync` only where that type is.
 unsafe impl Send for Share {}
 // SAFETY: as above.
 unsafe impl Sync for Share {}
