@@ -31,6 +31,8 @@ pub struct MemoryStats {
     pub peak: u64,
     /// Reserved bytes that [`empty_cache`] would give back now: cached segments nothing in
     /// them is using (free space inside partly used segments stays reserved). 0 on the CPU.
+    /// Under `expandable_segments:True` an upper bound: libtorch counts an expandable
+    /// segment's every unused byte, and `empty_cache` gives back only its whole free pages.
     pub releasable: u64,
 }
 

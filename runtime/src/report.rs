@@ -99,8 +99,8 @@ pub enum HeldBy {
     /// Not visible: a kept tensor has an autograd graph, made while the scope ran, whose saved
     /// tensors cannot be listed.
     AutogradGraph,
-    /// Not judged: a kept value could not be inspected (a lock held elsewhere, a tch type that
-    /// keeps its tensors private, a `&mut` argument the returned borrow holds; named in
+    /// Not judged: a kept value could not be inspected (a lock held elsewhere, a `RefCell`
+    /// borrowed mutably, a tch type that keeps its tensors private, a `&mut` argument the returned borrow holds; named in
     /// `uninspected_kept`). An enclosing scope, if any, judges it again.
     Uninspected,
     /// Taken out of every scope for good by [`keep_forever`](crate::keep_forever) while the
@@ -232,8 +232,8 @@ pub struct ScopeReport {
     pub held: Vec<Held>,
     /// Kept arguments whose type does not implement `Tensors` (seen as holding no tensors).
     pub opaque_kept: Vec<&'static str>,
-    /// Kept values gpu-scope could not look into (a lock held elsewhere, a tch type that keeps
-    /// its tensors private, a `&mut` passed for an owned generic argument): memory nothing
+    /// Kept values gpu-scope could not look into (a lock held elsewhere, a `RefCell` borrowed
+    /// mutably, a tch type that keeps its tensors private, a `&mut` passed for an owned generic argument): memory nothing
     /// else keeps was counted as `not inspected`.
     pub uninspected_kept: Vec<&'static str>,
     /// Owned arguments of a `#[gpu_scope]` function whose type borrows from the caller (`ctx:
@@ -657,13 +657,14 @@ impl fmt::Display for ScopeReport {
         if !self.uninspected_kept.is_empty() {
             writeln!(
                 f,
-                "  note: kept {} could not be looked into (a lock held elsewhere, a tch type \
-                 that keeps its tensors private, an argument the returned borrow holds, or a \
+                "  note: kept {} could not be looked into (a lock held elsewhere, a `RefCell` \
+                 borrowed mutably as the scope ended, a tch type that keeps its tensors private, an argument the returned borrow holds, or a \
                  `&mut` passed for an owned generic argument); \
                  memory nothing else keeps was not judged (`not inspected`), not called \
                  escaped (an enclosing scope, if any, judges it); to have it judged here, hand \
-                 back values gpu-scope can look into (pass a tch data iterator's tensors and \
-                 build the iterator inside the scope)",
+                 back values gpu-scope can look into, with no lock or borrow held at the \
+                 scope's end (pass a tch data iterator's tensors and build the iterator inside \
+                 the scope)",
                 self.uninspected_kept.join(", ")
             )?;
         }
