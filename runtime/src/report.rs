@@ -100,8 +100,9 @@ pub enum HeldBy {
     /// tensors cannot be listed.
     AutogradGraph,
     /// Not judged: a kept value could not be inspected (a lock held elsewhere, a `RefCell`
-    /// borrowed mutably, a tch type that keeps its tensors private, a `&mut` argument the returned borrow holds; named in
-    /// `uninspected_kept`). An enclosing scope, if any, judges it again.
+    /// borrowed mutably, a tch type that keeps its tensors private, a `&mut` argument the
+    /// returned borrow holds; named in `uninspected_kept`). An enclosing scope, if any, judges
+    /// it again.
     Uninspected,
     /// Taken out of every scope for good by [`keep_forever`](crate::keep_forever) while the
     /// scope was open (alive then; its later free is not counted).
@@ -233,8 +234,8 @@ pub struct ScopeReport {
     /// Kept arguments whose type does not implement `Tensors` (seen as holding no tensors).
     pub opaque_kept: Vec<&'static str>,
     /// Kept values gpu-scope could not look into (a lock held elsewhere, a `RefCell` borrowed
-    /// mutably, a tch type that keeps its tensors private, a `&mut` passed for an owned generic argument): memory nothing
-    /// else keeps was counted as `not inspected`.
+    /// mutably, a tch type that keeps its tensors private, a `&mut` passed for an owned generic
+    /// argument): memory nothing else keeps was counted as `not inspected`.
     pub uninspected_kept: Vec<&'static str>,
     /// Owned arguments of a `#[gpu_scope]` function whose type borrows from the caller (`ctx:
     /// Ctx<'_>`, `cells: Vec<&RefCell<T>>`, `guard: RefMut<T>`) or may (a closure, `sink: impl
@@ -658,8 +659,9 @@ impl fmt::Display for ScopeReport {
             writeln!(
                 f,
                 "  note: kept {} could not be looked into (a lock held elsewhere, a `RefCell` \
-                 borrowed mutably as the scope ended, a tch type that keeps its tensors private, an argument the returned borrow holds, or a \
-                 `&mut` passed for an owned generic argument); \
+                 borrowed mutably as the scope ended, a tch type that keeps its tensors \
+                 private, an argument the returned borrow holds, or a `&mut` passed for an \
+                 owned generic argument); \
                  memory nothing else keeps was not judged (`not inspected`), not called \
                  escaped (an enclosing scope, if any, judges it); to have it judged here, hand \
                  back values gpu-scope can look into, with no lock or borrow held at the \
