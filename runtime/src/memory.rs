@@ -33,6 +33,8 @@ pub struct MemoryStats {
     /// them is using (free space inside partly used segments stays reserved). 0 on the CPU.
     /// Under `expandable_segments:True` an upper bound: libtorch counts an expandable
     /// segment's every unused byte, and `empty_cache` gives back only its whole free pages.
+    /// A block freed while another stream still uses it (`record_stream`) is left out until
+    /// that stream's work is done.
     pub releasable: u64,
 }
 
