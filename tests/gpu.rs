@@ -248,7 +248,8 @@ fn reports_and_release_are_per_device() {
         .map(|d| memory_stats(Device::Cuda(d)).unwrap().reserved)
         .collect();
     // 32 MiB each: more than the free part of any segment an earlier test left in the cache
-    // (a cuBLAS workspace holds 4 MiB of a 20 MiB segment for good), so each block gets a
+    // (the fake's cuBLAS workspace holds 4 MiB of a 20 MiB segment for good; a real one
+    // on an H100 or H200 takes a 32 MiB segment of its own), so each block gets a
     // segment of its own, which the release gives back.
     let r = escaped(scope(strict("two-devices"), || {
         drop(floats(8 << 20, 0));
