@@ -392,6 +392,38 @@ fn work_running_through_a_handle_when_its_scope_ends_is_charged_onwards() {
     SINK.lock().unwrap().clear();
 }
 
+/// A scope opened in carried work after the carried scope ended, whose leak it lets through
+/// (`ignore`), hands it to the strict scope open on the thread it ran on, which judges it.
+#[test]
+fn a_leak_let_through_in_carried_work_whose_scope_ended_is_judged_by_the_threads_own_scope() {
+    let _serial = common::serial();
+    let carried = Scope::enter(strict("carried")).unwrap();
+    let handle = gpu_scope::current().unwrap();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let (in_tx, in_rx) = std::sync::mpsc::channel::<()>();
+    let worker = std::thread::spawn(move || {
+        let own = Scope::enter(strict("own")).unwrap();
+        let lenient = handle.in_scope(|| {
+            in_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            let opts =
+                gpu_scope::ScopeOptions::new("lenient").on_escape(gpu_scope::EscapePolicy::Ignore);
+            let lenient = Scope::enter(opts).unwrap();
+            SINK.lock().unwrap().push(floats(17));
+            lenient.exit(&()).unwrap()
+        });
+        (lenient, own.exit(&()))
+    });
+    in_rx.recv().unwrap();
+    assert!(carried.exit(&()).unwrap().is_clean());
+    go_tx.send(()).unwrap();
+    let (lenient, own) = worker.join().unwrap();
+    assert_eq!(on(&lenient).escaped, block(68), "{lenient}");
+    let own = escaped(own);
+    assert_eq!(on(&own).escaped, block(68), "{own}");
+    SINK.lock().unwrap().clear();
+}
+
 #[gpu_scope::gpu_scope(on_escape = ignore)]
 async fn leaks_then_waits(started: std::sync::mpsc::Sender<()>) {
     SINK.lock().unwrap().push(floats(13));

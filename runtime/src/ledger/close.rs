@@ -456,11 +456,29 @@ fn adopt(frame: &Frame, key: Key) -> Option<u32> {
 }
 
 /// `chain`, or if its innermost frame has closed, the chain it closed into (and so on): where
-/// what a scope leaves behind goes. `None` when every scope it could go to has ended, or
-/// when the frames closed into each other in a ring (an async scope resumed inside work
-/// carried into a scope opened inside it, both ended): nothing is open there.
+/// what a scope leaves behind goes. Where that ends in no open scope, the same for the rest of
+/// `chain`: a chain running through work carried in with a handle goes on with the frames of
+/// the thread it ran on, which see that work once its scope has ended. `None` when every scope
+/// it could go to has ended, or when the frames closed into each other in a ring (an async
+/// scope resumed inside work carried into a scope opened inside it, both ended): nothing is
+/// open there.
 pub(crate) fn open_chain(chain: &Chain) -> Option<Chain> {
-    let mut chain = chain.clone();
+    let mut rest = &chain[..];
+    loop {
+        let chain = match rest {
+            [] => return None,
+            all if all.len() == chain.len() => chain.clone(),
+            some => Chain::from(some),
+        };
+        if let Some(open) = successor(chain) {
+            return Some(open);
+        }
+        rest = &rest[1..];
+    }
+}
+
+/// `chain`, or the chain its innermost frame closed into (and so on), while that is open.
+fn successor(mut chain: Chain) -> Option<Chain> {
     for _ in 0..OPEN_CHAIN_STEPS {
         let next = {
             let state = chain.first()?.lock();
