@@ -203,6 +203,12 @@ fn ignore_still_warns_that_a_scope_could_not_be_entered() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert_eq!(stderr.matches("does not exist").count(), 2, "{stderr}");
+    // Each says where the scope is, as a service with many scopes needs to find it.
+    let mut missing = stderr.lines().filter(|l| l.contains("does not exist"));
+    assert!(
+        missing.all(|l| l.contains("(the scope at tests/output.rs:")),
+        "{stderr}"
+    );
 }
 
 #[test]

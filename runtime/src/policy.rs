@@ -107,7 +107,11 @@ fn warn(location: &'static Location<'static>, error: &Error) {
         // (`eprint!`, which a test harness captures.)
         let mut text = match error {
             // Messages that name no scope, or only its name: where it was opened.
-            Error::ThreadEnding | Error::TooDeep { .. } | Error::EndedByEnclosing { .. } => {
+            Error::ThreadEnding
+            | Error::TooDeep { .. }
+            | Error::EndedByEnclosing { .. }
+            | Error::NoSuchDevice { .. }
+            | Error::NegativeBudget { .. } => {
                 format!(
                     "{error} (the scope at {}:{})",
                     location.file(),
