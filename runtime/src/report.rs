@@ -280,6 +280,28 @@ pub struct ScopeReport {
     pub elapsed: Duration,
 }
 
+/// `text` with the module paths of the type names in it left out, as rustc writes types in
+/// its messages: `std::sync::poison::mutex::Mutex<alloc::vec::Vec<tch::Tensor>>` reads
+/// `Mutex<Vec<Tensor>>` (the JSON keeps the full names).
+fn short_paths(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    // Where the name being written began.
+    let mut word = 0;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == ':' && chars.peek() == Some(&':') && out.len() > word {
+            chars.next();
+            out.truncate(word);
+            continue;
+        }
+        out.push(c);
+        if !(c.is_alphanumeric() || c == '_') {
+            word = out.len();
+        }
+    }
+    out
+}
+
 /// `file:line`.
 pub(crate) fn place(l: &Location) -> String {
     format!("{}:{}", l.file(), l.line())
@@ -614,8 +636,10 @@ impl fmt::Display for ScopeReport {
         if !self.checked {
             writeln!(
                 f,
-                "  (not checked: the scope ended early, by a panic, an early exit of the block \
-                 form, or a guard dropped without `exit`, which is what checks it)"
+                "  (not checked: it ended without `exit`, which is what checks it: by a panic, \
+                 an early exit of the block form, a guard dropped or `abandon`ed, or the end of \
+                 the scope around it; what it left alive went on to the enclosing scope, \
+                 unchecked)"
             )?;
         }
         if self.cancelled {
@@ -667,7 +691,7 @@ impl fmt::Display for ScopeReport {
                  back values gpu-scope can look into, with no lock or borrow held at the \
                  scope's end (pass a tch data iterator's tensors and build the iterator inside \
                  the scope)",
-                self.uninspected_kept.join(", ")
+                short_paths(&self.uninspected_kept.join(", "))
             )?;
         }
         if !self.escaped.is_empty() {
@@ -721,7 +745,7 @@ impl fmt::Display for ScopeReport {
                  over (a derived `Wrap<T>` has it only where `T` has; for another crate's type, \
                  such as a channel or a closure, pass a type of yours that holds the tensors \
                  and derives it){}",
-                self.opaque_kept.join(", "),
+                short_paths(&self.opaque_kept.join(", ")),
                 match self.opaque_kept.iter().any(|t| t.contains("dyn ")) {
                     // Deriving it on the type behind the object changes nothing.
                     true =>
@@ -834,6 +858,29 @@ impl ScopeReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn type_names_are_shown_without_their_module_paths() {
+        let cases = [
+            (
+                "std::sync::poison::mutex::Mutex<alloc::vec::Vec<tch::wrappers::tensor::Tensor>>",
+                "Mutex<Vec<Tensor>>",
+            ),
+            (
+                "tch::Tensor (libtorch raised an error reading it)",
+                "Tensor (libtorch raised an error reading it)",
+            ),
+            (
+                "`cache: &mut my::Cache`, (a::B, c::D)",
+                "`cache: &mut Cache`, (B, D)",
+            ),
+            ("<T as a::Tr>::Out", "<T as Tr>::Out"),
+            ("dyn core::any::Any + core::marker::Send", "dyn Any + Send"),
+        ];
+        for (full, short) in cases {
+            assert_eq!(short_paths(full), short, "{full}");
+        }
+    }
 
     fn report(name: &'static str, escapes: usize) -> ScopeReport {
         let escape = Escape {
