@@ -101,6 +101,13 @@ fn library_workspaces_are_held_not_escaped() {
         gpu_scope::clear_workspaces().unwrap();
         let after = memory_stats(Device::Cuda(0)).unwrap().allocated;
         assert!(after < before, "clear_workspaces gives them back");
+        // A budget the new workspace alone goes over: the error says to make it first.
+        let err = scope(strict("budget").max_peak(1 << 20), || drop(a.matmul(&a))).unwrap_err();
+        assert!(matches!(err, gpu_scope::Error::OverBudget(_)), "{err}");
+        assert!(
+            err.to_string().contains("a library workspace made here"),
+            "{err}"
+        );
     })
     .join()
     .unwrap();

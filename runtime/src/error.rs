@@ -1,5 +1,5 @@
 //! The one error type of gpu-scope.
-use crate::report::{Bytes, Name, ScopeReport};
+use crate::report::{Bytes, HeldBy, Name, ScopeReport};
 use std::fmt;
 
 /// What can go wrong when entering or leaving a scope.
@@ -79,15 +79,23 @@ impl fmt::Display for Error {
             }
             Error::OverBudget(r) => {
                 let budget = r.max_peak.unwrap_or(0);
+                // A cuBLAS workspace made in the scope counts toward its peak.
+                let workspace = match r.held.iter().any(|h| matches!(h.by, HeldBy::Workspace(_))) {
+                    true => {
+                        "; a library workspace made here counts too: run one product before \
+                             the scope, so that it is made there"
+                    }
+                    false => "",
+                };
                 write!(
                     f,
                     "gpu-scope: scope `{}` peaked at {}, {} over its budget of {} (to fix: free \
                      tensors earlier in the scope, work on less at a time, or raise \
-                     `max_peak`)\n{r}",
+                     `max_peak`{workspace})\n{r}",
                     Name(&r.name),
                     Bytes(r.peak),
                     Bytes(r.peak.saturating_sub(budget)),
-                    Bytes(budget)
+                    Bytes(budget),
                 )
             }
             Error::Torch(msg) => write!(

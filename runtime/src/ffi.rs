@@ -139,7 +139,9 @@ pub(crate) fn thread_enter(owner: &std::sync::Arc<Owner>) -> Result<ThreadHooks,
     if hooks.stepped_aside {
         crate::config::warn_once(
             "gpu-scope: a libtorch profiler holds this thread's memory-reporting slot; \
-             accelerator allocations made while it runs are not tracked (reports say so)",
+             accelerator allocations made while it runs are not tracked (reports say so); to \
+             have scopes check them, start the profiler after they end or profile in another \
+             run",
         );
     }
     Ok(hooks)

@@ -333,7 +333,7 @@ impl OpenScope {
                 device: None,
                 reason: "a libtorch profiler held the memory-reporting slot of a thread the \
                          scope's work ran on; accelerator allocations made meanwhile were not \
-                         seen",
+                         seen (to check them, profile in another run)",
             });
         }
         if self.frame.noted(ledger::MISSED) {
@@ -342,7 +342,9 @@ impl OpenScope {
                 reason: "some of its work (an async scope's poll, work carried in through a \
                          handle) ran on a thread where the scope could not be put (the thread \
                          was ending, scopes were nested too deep there, or libtorch failed); \
-                         what that work allocated, on the CPU too, was not seen",
+                         what that work allocated, on the CPU too, was not seen (end the \
+                         scopes a thread leaves open, and carry work to a thread before it \
+                         ends)",
             });
         }
         let saw_accelerator = closed.stats.devices.iter().any(|(d, _)| !d.is_cpu());
@@ -351,7 +353,7 @@ impl OpenScope {
                 device: None,
                 reason: "the accelerator's allocator reports nothing (the cudaMallocAsync \
                          backend, or PYTORCH_NO_CUDA_MEMORY_CACHING=1), so its allocations \
-                         cannot be seen",
+                         cannot be seen (to check them, run with the native caching allocator)",
             });
         }
         untracked
