@@ -17,7 +17,12 @@ pub fn split_values(args: impl IntoIterator<Item = String>) -> Vec<String> {
 
 /// A whole number of at least 1 for `flag`.
 pub fn count(flag: &str, value: &str) -> Result<usize, String> {
-    let too_large = || Err(format!("{flag} {value} is too large"));
+    let too_large = || {
+        Err(format!(
+            "{flag} {value} is too large: give at most {}",
+            i64::MAX
+        ))
+    };
     match value.parse::<u64>() {
         Ok(n) if n >= 1 && i64::try_from(n).is_ok() => Ok(n as usize),
         Ok(n) if n >= 1 => too_large(),

@@ -59,7 +59,12 @@ fn parse() -> Result<run::Config, String> {
         }
     }
     // A missing device is one clear line here, not a libtorch dispatcher dump later.
-    gpu_scope::memory_stats(cfg.device).map_err(|e| e.to_string())?;
+    gpu_scope::memory_stats(cfg.device).map_err(|e| {
+        format!(
+            "--device: {}",
+            e.to_string().trim_start_matches("gpu-scope: ")
+        )
+    })?;
     // A path the trace cannot be written to is one line now, not after the whole run.
     if let Some(trace) = &cfg.trace {
         let dir = trace.parent().filter(|d| !d.as_os_str().is_empty());
@@ -122,7 +127,13 @@ fn main() {
         Ok(Ok(outcome)) if outcome.ok => {}
         Ok(Ok(_)) => std::process::exit(1),
         Ok(Err(e)) => {
-            eprintln!("error: {e}");
+            // Output piped into a reader that stopped (`| head`): nothing to say to it.
+            let closed = e
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe);
+            if !closed {
+                eprintln!("error: {}", e.to_string().trim_start_matches("gpu-scope: "));
+            }
             std::process::exit(2);
         }
         // The hook said what it was.
