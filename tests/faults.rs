@@ -1,8 +1,9 @@
 //! Faults inside scopes: panics caught with `catch_unwind`, libtorch errors, and a device that
 //! does not exist leave the thread's scope depth and the ledger as they were.
+//! (On CPU tensors whatever the test device: the byte counts are exact ones.)
 mod common;
 
-use common::{child_ok, floats, in_child, serial, strict};
+use common::{child_ok, cpu_floats, in_child, serial, strict};
 use gpu_scope::__introspect::{ledger_state, LedgerState};
 use gpu_scope::{gpu_scope, Error, Scope, ScopeOptions};
 use std::cell::RefCell;
@@ -20,8 +21,8 @@ fn quietly<R>(f: impl FnOnce() -> R) -> R {
 
 #[gpu_scope(on_escape = error)]
 fn nested_panic(depth: u32, at: u32) -> Result<Tensor, Error> {
-    let kept = floats(3);
-    let _live = floats(5);
+    let kept = cpu_floats(3);
+    let _live = cpu_floats(5);
     if depth == at {
         panic!("planted panic at depth {depth}");
     }
@@ -56,8 +57,8 @@ fn a_shape_mismatch_propagates_as_a_tch_error_and_leaves_the_scope_consistent() 
 
     #[gpu_scope(on_escape = panic)]
     fn mismatched() -> Result<Tensor, TchError> {
-        let a = floats(6).view([2, 3]);
-        let b = floats(6).view([2, 3]);
+        let a = cpu_floats(6).view([2, 3]);
+        let b = cpu_floats(6).view([2, 3]);
         a.f_matmul(&b)
     }
     let err = mismatched().unwrap_err();
@@ -70,8 +71,8 @@ fn a_shape_mismatch_propagates_as_a_tch_error_and_leaves_the_scope_consistent() 
     // The panicking form: tch panics with libtorch's message; the scope unwinds cleanly.
     #[gpu_scope(on_escape = error)]
     fn mismatched_panics() -> Result<Tensor, Error> {
-        let a = floats(6).view([2, 3]);
-        Ok(a.matmul(&floats(6).view([2, 3])))
+        let a = cpu_floats(6).view([2, 3]);
+        Ok(a.matmul(&cpu_floats(6).view([2, 3])))
     }
     let panic = quietly(|| catch_unwind(mismatched_panics)).unwrap_err();
     let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
@@ -79,7 +80,7 @@ fn a_shape_mismatch_propagates_as_a_tch_error_and_leaves_the_scope_consistent() 
     assert_eq!(ledger_state(), before);
 
     // And scopes work as before afterwards.
-    let (t, report) = gpu_scope::scope(strict("after"), || floats(2)).unwrap();
+    let (t, report) = gpu_scope::scope(strict("after"), || cpu_floats(2)).unwrap();
     assert_eq!((report.kept, t.numel()), (8, 2));
 }
 
@@ -110,7 +111,7 @@ fn an_error_inside_a_nested_scope_hands_its_live_tensors_to_the_outer_one() {
     let outer = Scope::enter(strict("outer")).unwrap();
     let result: Result<(), TchError> = (|| {
         let _inner = Scope::enter(strict("inner")).unwrap();
-        let t = floats(4);
+        let t = cpu_floats(4);
         let bad = t.f_view([3])?; // 4 elements cannot be viewed as 3
         gpu_scope::keep(&bad);
         Ok(())
@@ -127,7 +128,7 @@ fn exiting_an_outer_scope_first_ends_the_inner_one_into_it() {
     let before = ledger_state();
     let outer = Scope::enter(strict("outer")).unwrap();
     let inner = Scope::enter(strict("inner")).unwrap();
-    let t = floats(3);
+    let t = cpu_floats(3);
     let report = outer.exit(&t).unwrap();
     assert_eq!(
         report.kept, 12,
@@ -174,7 +175,7 @@ fn a_scope_forgotten_on_a_thread_that_ends_leaves_nothing_behind() {
     let before = ledger_state();
     std::thread::spawn(|| {
         let scope = Scope::enter(strict("forgotten")).unwrap();
-        drop(floats(4));
+        drop(cpu_floats(4));
         std::mem::forget(scope);
     })
     .join()
@@ -187,7 +188,7 @@ struct AllocatesOnDrop;
 
 impl Drop for AllocatesOnDrop {
     fn drop(&mut self) {
-        assert_eq!(floats(1000).numel(), 1000);
+        assert_eq!(cpu_floats(1000).numel(), 1000);
     }
 }
 
@@ -212,7 +213,7 @@ fn a_thread_ending_with_a_scope_open_can_still_allocate_in_a_destructor() {
     let forgotten = std::thread::spawn(|| {
         AT_END.with(|s| *s.borrow_mut() = Some(AllocatesOnDrop));
         std::mem::forget(Scope::enter(strict("forgotten")).unwrap());
-        drop(floats(4));
+        drop(cpu_floats(4));
     });
     forgotten.join().unwrap();
     let kept_in_a_thread_local = std::thread::spawn(|| {
