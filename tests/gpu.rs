@@ -108,6 +108,8 @@ fn library_workspaces_are_held_not_escaped() {
             err.to_string().contains("a library workspace made here"),
             "{err}"
         );
+        // Gone again: a workspace left in a segment keeps the segment from other tests' releases.
+        gpu_scope::clear_workspaces().unwrap();
     })
     .join()
     .unwrap();
