@@ -157,8 +157,8 @@ pub(crate) fn close_keeping_in(
     }
     let flags = frame.flags.load(Ordering::Relaxed) & (GRAPH | BLIND | MISSED);
     if flags != 0 {
-        if let Some(enclosing) = enclosing.and_then(|c| c.first()) {
-            enclosing.note(flags);
+        if let Some(open) = enclosing.and_then(open_chain) {
+            open[0].note(flags);
         }
     }
     closed.backward = saw_backward;
@@ -463,38 +463,38 @@ fn adopt(frame: &Frame, key: Key) -> Option<u32> {
 /// scope resumed inside work carried into a scope opened inside it, both ended): nothing is
 /// open there.
 pub(crate) fn open_chain(chain: &Chain) -> Option<Chain> {
-    let mut rest = &chain[..];
-    loop {
-        let chain = match rest {
-            [] => return None,
-            all if all.len() == chain.len() => chain.clone(),
-            some => Chain::from(some),
-        };
-        if let Some(open) = successor(chain) {
-            return Some(open);
-        }
-        rest = &rest[1..];
+    // Usually its innermost frame is open.
+    if chain.first()?.is_open() {
+        return Some(chain.clone());
     }
+    open_chain_slow(chain)
 }
 
-/// `chain`, or the chain its innermost frame closed into (and so on), while that is open.
-fn successor(mut chain: Chain) -> Option<Chain> {
-    for _ in 0..OPEN_CHAIN_STEPS {
-        let next = {
-            let state = chain.first()?.lock();
-            if state.open {
-                None
-            } else {
-                Some(state.closed_into.clone()?)
+#[cold]
+fn open_chain_slow(chain: &Chain) -> Option<Chain> {
+    // Where a closed frame's successors lead depends on that frame alone: each is followed
+    // once (a ring ends there too).
+    let mut seen: FxHashSet<*const Frame> = FxHashSet::default();
+    for (at, first) in chain.iter().enumerate() {
+        let mut next = first.clone();
+        let mut rest = None;
+        loop {
+            if !seen.insert(Arc::as_ptr(&next)) {
+                break;
             }
-        };
-        match next {
-            Some(next) => chain = next,
-            None => return Some(chain),
+            let closed_into = {
+                let state = next.lock();
+                if state.open {
+                    let open = rest.unwrap_or_else(|| Chain::from(&chain[at..]));
+                    return Some(open);
+                }
+                state.closed_into.clone()
+            };
+            let Some(into) = closed_into else { break };
+            let Some(head) = into.first() else { break };
+            next = head.clone();
+            rest = Some(into);
         }
     }
     None
 }
-
-/// More scopes closed one into the next than any program nests.
-const OPEN_CHAIN_STEPS: usize = 10_000;

@@ -298,7 +298,9 @@ impl Frame {
             match at.open_successor() {
                 Some(next) => at = next,
                 None => {
-                    close(inner, None, &KeepAll);
+                    // Into the scopes open below where it left the thread, if any.
+                    let parked_in = inner.lock().parked_in.take();
+                    close(inner, parked_in.as_ref(), &KeepAll);
                     return;
                 }
             }

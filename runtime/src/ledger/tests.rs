@@ -418,3 +418,32 @@ fn frame_ids_are_unique_across_threads() {
     assert_eq!(all.len(), 3 * 70_000);
     assert!(!all.contains(&0));
 }
+
+/// Where a chain's innermost scopes closed into nothing (a scope carried in with its handle
+/// that ended), what is left goes on down the chain: to the thread's own open scope.
+#[test]
+fn open_chain_follows_closes_then_the_rest_of_the_chain() {
+    let (carried, own) = (Frame::open(), Frame::open());
+    close(&carried, None, &KeepAll);
+    let found = open_chain(&chain(&[&carried, &own])).unwrap();
+    assert!(found.len() == 1 && Arc::ptr_eq(&found[0], &own));
+    // Closed into a scope still open: that one, not the rest of the chain.
+    let (inner, around) = (Frame::open(), Frame::open());
+    close(&inner, Some(&chain(&[&around])), &KeepAll);
+    let found = open_chain(&chain(&[&inner, &own])).unwrap();
+    assert!(Arc::ptr_eq(&found[0], &around));
+    // Two frames closed into each other (a ring), above an open one.
+    let (a, b) = (Frame::open(), Frame::open());
+    close(&a, Some(&chain(&[&b])), &KeepAll);
+    close(&b, Some(&chain(&[&a])), &KeepAll);
+    let found = open_chain(&chain(&[&a, &b, &own])).unwrap();
+    assert!(Arc::ptr_eq(&found[0], &own));
+    assert!(open_chain(&chain(&[&a, &b])).is_none());
+    // A deep chain, each frame closed into the rest and the last into nothing: none open.
+    let deep: Vec<Arc<Frame>> = (0..2000).map(|_| Frame::open()).collect();
+    for at in 0..deep.len() {
+        let rest: Chain = deep[at + 1..].iter().cloned().collect();
+        close(&deep[at], (!rest.is_empty()).then_some(&rest), &KeepAll);
+    }
+    assert!(open_chain(&deep.iter().cloned().collect()).is_none());
+}
