@@ -304,7 +304,7 @@ fn torchscript_module_is_not_called_escaped() {
     .unwrap();
     assert!(report.escaped.is_empty(), "{report}");
     assert!(report.held_by(HeldBy::Uninspected) > 0, "{report}");
-    assert!(report.to_string().contains("kept CModule"), "{report}");
+    assert!(report.to_string().contains("tch::CModule"), "{report}");
 }
 
 fn torchscript_model() -> tch::CModule {

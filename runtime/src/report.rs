@@ -280,23 +280,34 @@ pub struct ScopeReport {
     pub elapsed: Duration,
 }
 
-/// `text` with the module paths of the type names in it left out, as rustc writes types in
-/// its messages: `std::sync::poison::mutex::Mutex<alloc::vec::Vec<tch::Tensor>>` reads
-/// `Mutex<Vec<Tensor>>` (the JSON keeps the full names).
+/// `text` with the standard library's types in it named without their module paths:
+/// `std::sync::poison::mutex::Mutex<alloc::vec::Vec<tch::Tensor>>` reads
+/// `Mutex<Vec<tch::Tensor>>`. Other paths stay whole, so that another crate's `Mutex` or a
+/// closure's function stays told apart (the JSON keeps every name whole).
 fn short_paths(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
-    // Where the name being written began.
-    let mut word = 0;
+    // Where the path segment being written began, whether it is its path's first, and whether
+    // that path is the standard library's.
+    let (mut word, mut first, mut standard) = (0, true, false);
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
         if c == ':' && chars.peek() == Some(&':') && out.len() > word {
             chars.next();
-            out.truncate(word);
+            if first {
+                standard = matches!(&out[word..], "std" | "core" | "alloc");
+                first = false;
+            }
+            if standard {
+                out.truncate(word);
+            } else {
+                out.push_str("::");
+                word = out.len();
+            }
             continue;
         }
         out.push(c);
         if !(c.is_alphanumeric() || c == '_') {
-            word = out.len();
+            (word, first, standard) = (out.len(), true, false);
         }
     }
     out
@@ -637,9 +648,9 @@ impl fmt::Display for ScopeReport {
             writeln!(
                 f,
                 "  (not checked: it ended without `exit`, which is what checks it: by a panic, \
-                 an early exit of the block form, a guard dropped or `abandon`ed, or the end of \
-                 the scope around it; what it left alive went on to the enclosing scope, \
-                 unchecked)"
+                 an early exit of the block form, a guard dropped or `abandon`ed, its future \
+                 dropped before it finished, or the end of the scope around it; what it left \
+                 alive went to the enclosing scope, if any, which judges it)"
             )?;
         }
         if self.cancelled {
@@ -864,17 +875,23 @@ mod tests {
         let cases = [
             (
                 "std::sync::poison::mutex::Mutex<alloc::vec::Vec<tch::wrappers::tensor::Tensor>>",
-                "Mutex<Vec<Tensor>>",
+                "Mutex<Vec<tch::wrappers::tensor::Tensor>>",
             ),
+            (
+                "tokio::sync::mutex::Mutex<alloc::vec::Vec<f32>>",
+                "tokio::sync::mutex::Mutex<Vec<f32>>",
+            ),
+            ("my::caller::f::{{closure}}", "my::caller::f::{{closure}}"),
+            ("[core::option::Option<my::T>; 3]", "[Option<my::T>; 3]"),
             (
                 "tch::Tensor (libtorch raised an error reading it)",
-                "Tensor (libtorch raised an error reading it)",
+                "tch::Tensor (libtorch raised an error reading it)",
             ),
             (
-                "`cache: &mut my::Cache`, (a::B, c::D)",
-                "`cache: &mut Cache`, (B, D)",
+                "`cache: &mut my::Cache`, (alloc::string::String, c::D)",
+                "`cache: &mut my::Cache`, (String, c::D)",
             ),
-            ("<T as a::Tr>::Out", "<T as Tr>::Out"),
+            ("<T as core::ops::Deref>::Target", "<T as Deref>::Target"),
             ("dyn core::any::Any + core::marker::Send", "dyn Any + Send"),
         ];
         for (full, short) in cases {
