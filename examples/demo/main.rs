@@ -59,12 +59,7 @@ fn parse() -> Result<run::Config, String> {
         }
     }
     // A missing device is one clear line here, not a libtorch dispatcher dump later.
-    gpu_scope::memory_stats(cfg.device).map_err(|e| {
-        format!(
-            "--device: {}",
-            e.to_string().trim_start_matches("gpu-scope: ")
-        )
-    })?;
+    gpu_scope::memory_stats(cfg.device).map_err(|e| format!("--device: {e}"))?;
     // A path the trace cannot be written to is one line now, not after the whole run.
     if let Some(trace) = &cfg.trace {
         let dir = trace.parent().filter(|d| !d.as_os_str().is_empty());
@@ -105,7 +100,7 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
 
 fn main() {
     let cfg = parse().unwrap_or_else(|e| {
-        eprintln!("error: {}", e.trim_start_matches("gpu-scope: "));
+        eprintln!("error: {}", e.replace("gpu-scope: ", ""));
         std::process::exit(2);
     });
     // Running out of memory (a batch too large) is one line, not libtorch's dump.

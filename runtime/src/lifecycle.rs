@@ -333,7 +333,8 @@ impl OpenScope {
                 device: None,
                 reason: "a libtorch profiler held the memory-reporting slot of a thread the \
                          scope's work ran on; accelerator allocations made meanwhile were not \
-                         seen (to check them, profile in another run)",
+                         seen (to have scopes check them, start the profiler after they end or profile \
+                         in another run)",
             });
         }
         if self.frame.noted(ledger::MISSED) {

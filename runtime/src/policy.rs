@@ -105,20 +105,14 @@ fn warn(location: &'static Location<'static>, error: &Error) {
         // Formatted first and written whole: stderr is unbuffered, and a report written piece
         // by piece (each padded figure, each escape's row) makes a system call per piece.
         // (`eprint!`, which a test harness captures.)
-        let mut text = match error {
-            // Messages that name no scope, or only its name: where it was opened.
-            Error::ThreadEnding
-            | Error::TooDeep { .. }
-            | Error::EndedByEnclosing { .. }
-            | Error::NoSuchDevice { .. }
-            | Error::NegativeBudget { .. } => {
-                format!(
-                    "{error} (the scope at {}:{})",
-                    location.file(),
-                    location.line()
-                )
-            }
-            _ => error.to_string(),
+        let mut text = match error.report() {
+            // Messages without a report name no scope, or only its name: where it was opened.
+            None => format!(
+                "{error} (the scope at {}:{})",
+                location.file(),
+                location.line()
+            ),
+            Some(_) => error.to_string(),
         };
         text.push('\n');
         eprint!("{text}");

@@ -33,6 +33,15 @@ async fn plain(x: Tensor, n: Arc<Mutex<usize>>) -> Tensor {
     x + 1
 }
 
+/// A generic argument's share (`OwnShare<T>`) is `Send` where `T` is.
+#[gpu_scope]
+async fn generic<T: Tensors + Send>(value: T) -> usize {
+    ready().await;
+    drop(value);
+    ready().await;
+    1
+}
+
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
     let mut f = std::pin::pin!(f);
     let waker = std::task::Waker::noop();
@@ -54,4 +63,5 @@ fn main() {
     let n = Arc::new(Mutex::new(0));
     assert_eq!(block_on(assert_send(plain(x, Arc::clone(&n)))).size(), [2]);
     assert_eq!(*n.lock().unwrap(), 1);
+    assert_eq!(block_on(assert_send(generic(Decoder::default()))), 1);
 }
