@@ -439,6 +439,8 @@ fn open_chain_follows_closes_then_the_rest_of_the_chain() {
     let found = open_chain(&chain(&[&a, &b, &own])).unwrap();
     assert!(Arc::ptr_eq(&found[0], &own));
     assert!(open_chain(&chain(&[&a, &b])).is_none());
+    // The ring's `Arc`s, given back.
+    a.lock().closed_into = None;
     // A deep chain, each frame closed into the rest and the last into nothing: none open.
     let deep: Vec<Arc<Frame>> = (0..2000).map(|_| Frame::open()).collect();
     for at in 0..deep.len() {
