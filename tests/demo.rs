@@ -137,3 +137,15 @@ fn the_command_line_says_what_is_wrong() {
     );
     assert_eq!(cli::out_of_memory("index out of range"), None);
 }
+
+/// A device that is not there is one line naming `--device`, without gpu-scope's prefix.
+#[test]
+fn a_missing_device_is_named_before_the_run() {
+    assert_eq!(run::check_device(tch::Device::Cpu), Ok(()));
+    let error = run::check_device(tch::Device::Cuda(63)).unwrap_err();
+    assert!(error.starts_with("--device: "), "{error}");
+    assert!(
+        !error.contains("gpu-scope:") && !error.contains('\n'),
+        "{error}"
+    );
+}

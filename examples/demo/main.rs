@@ -58,8 +58,7 @@ fn parse() -> Result<run::Config, String> {
             other => return Err(format!("unknown argument `{other}`; see --help")),
         }
     }
-    // A missing device is one clear line here, not a libtorch dispatcher dump later.
-    gpu_scope::memory_stats(cfg.device).map_err(|e| format!("--device: {e}"))?;
+    run::check_device(cfg.device)?;
     // A path the trace cannot be written to is one line now, not after the whole run.
     if let Some(trace) = &cfg.trace {
         let dir = trace.parent().filter(|d| !d.as_os_str().is_empty());
@@ -98,11 +97,14 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
         .unwrap_or("")
 }
 
+/// Says what went wrong, as one line without gpu-scope's own prefix, and exits with 2.
+fn fail(message: &str) -> ! {
+    eprintln!("error: {}", message.trim_start_matches("gpu-scope: "));
+    std::process::exit(2);
+}
+
 fn main() {
-    let cfg = parse().unwrap_or_else(|e| {
-        eprintln!("error: {}", e.replace("gpu-scope: ", ""));
-        std::process::exit(2);
-    });
+    let cfg = parse().unwrap_or_else(|e| fail(&e));
     // Running out of memory (a batch too large) is one line, not libtorch's dump.
     let (batch, device) = (cfg.batch, gpu_scope::DeviceId::from(cfg.device));
     let default_hook = std::panic::take_hook();
@@ -126,10 +128,10 @@ fn main() {
             let closed = e
                 .downcast_ref::<std::io::Error>()
                 .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe);
-            if !closed {
-                eprintln!("error: {}", e.to_string().trim_start_matches("gpu-scope: "));
+            if closed {
+                std::process::exit(2);
             }
-            std::process::exit(2);
+            fail(&e.to_string())
         }
         // The hook said what it was.
         Err(_) => std::process::exit(2),

@@ -36,6 +36,15 @@ pub struct Outcome {
     pub ok: bool,
 }
 
+/// One line if `device` is missing, said before the run rather than as a libtorch dispatcher
+/// dump later.
+pub fn check_device(device: Device) -> Result<(), String> {
+    let bare = |e: gpu_scope::Error| e.to_string().trim_start_matches("gpu-scope: ").to_owned();
+    memory_stats(device)
+        .map(drop)
+        .map_err(|e| format!("--device: {}", bare(e)))
+}
+
 fn weights(dir: &Path, kind: Kind) -> PathBuf {
     dir.join(format!("{}.safetensors", kind.name()))
 }
