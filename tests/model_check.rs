@@ -11,7 +11,7 @@
 //! ends into the scopes its last poll ran under that are still open, wherever it is dropped.
 mod common;
 
-use common::{floats, serial};
+use common::{float_block, floats, serial};
 use gpu_scope::__introspect::ledger_state;
 use gpu_scope::__private::{Finish, ScopeFuture};
 use gpu_scope::{EscapePolicy, Scope, ScopeOptions, ScopeReport, StorageSet};
@@ -272,7 +272,7 @@ impl Run {
 
     /// A new allocation of `n` floats, owned by `owner` and charged to `chain`.
     fn record(&mut self, address: usize, n: i64, owner: usize, chain: Vec<usize>) -> usize {
-        let bytes = 4 * n as u64;
+        let bytes = float_block(n);
         for &f in &chain {
             self.frames[f].charge(bytes);
         }

@@ -28,10 +28,11 @@
 //!
 //! Left out: handles (`current()`, `in_scope`, `instrument`; model_threads.rs), the
 //! `#[gpu_scope] async fn` macro (whose scope opens at the first poll), panics in polls,
-//! `Scope::keep` on outer scopes, autograd, accelerators (CPU tensors: exact byte counts).
+//! `Scope::keep` on outer scopes, autograd. Tensors are on the test device (`.ci/fake-cuda`
+//! runs this on the fake CUDA device too, whose caching allocator reuses addresses at once).
 mod common;
 
-use common::{cpu_floats, serial};
+use common::{float_block, floats, serial};
 use gpu_scope::__introspect::ledger_state;
 use gpu_scope::__private::{Finish, ScopeFuture};
 use gpu_scope::{Error, EscapePolicy, Scope, ScopeOptions, ScopeReport, StorageSet};
@@ -126,7 +127,7 @@ impl Future for Task {
     fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<(usize, Tensor)> {
         let mut shared = self.0.lock().unwrap();
         let (id, n, then, pick) = shared.order.take().expect("every poll is ordered");
-        let t = cpu_floats(n);
+        let t = floats(n);
         shared.address = t.data_ptr() as usize;
         shared.held.push((id, t));
         let at = pick % shared.held.len();
@@ -174,7 +175,7 @@ fn serve(rx: Receiver<Cmd>, tx: Sender<Reply>, pool: Pool) {
         let mut reply = Reply::default();
         match cmd {
             Cmd::Alloc(id, n) => {
-                let t = cpu_floats(n);
+                let t = floats(n);
                 reply.address = t.data_ptr() as usize;
                 pool.lock().unwrap().insert(id, t);
             }
@@ -317,7 +318,7 @@ impl Run {
 
     /// A new allocation charged to `chain`, owned by its last (innermost) frame.
     fn record(&mut self, address: usize, n: i64, chain: Vec<usize>) -> usize {
-        let bytes = 4 * n as u64;
+        let bytes = float_block(n);
         for &f in &chain {
             self.charge(f, bytes);
         }

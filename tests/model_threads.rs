@@ -33,10 +33,11 @@
 //! Left out (rules not clear enough from the README to model): a scope still open when the
 //! carried work that opened it returns (`not tracked`), exiting a scope below carried work,
 //! `Scope::keep` on outer scopes, `instrument`ed futures and async scopes (model_check.rs has
-//! tasks on one thread), autograd, accelerator devices (CPU tensors: exact byte counts).
+//! tasks on one thread), autograd. Tensors are on the test device (`.ci/fake-cuda` runs this
+//! on the fake CUDA device too, whose caching allocator reuses addresses at once).
 mod common;
 
-use common::{cpu_floats, serial};
+use common::{float_block, floats, serial};
 use gpu_scope::__introspect::ledger_state;
 use gpu_scope::{Error, EscapePolicy, Scope, ScopeHandle, ScopeOptions, ScopeReport};
 use proptest::prelude::*;
@@ -53,7 +54,7 @@ const MAX_LEVELS: usize = 5;
 /// what exists, modulo its count.
 #[derive(Clone, Debug)]
 enum Op {
-    /// Allocates that many floats (4 bytes each) into the pool.
+    /// Allocates that many floats into the pool.
     Alloc(usize, i64),
     /// Drops a pool tensor (on any thread, not necessarily the one that made it).
     Drop(usize, usize),
@@ -118,7 +119,7 @@ fn serve(rx: &Receiver<Cmd>, tx: &Sender<Reply>, pool: &Pool, scopes: &mut Vec<S
     while let Ok(cmd) = rx.recv() {
         let reply = match cmd {
             Cmd::Alloc(id, n) => {
-                let t = cpu_floats(n);
+                let t = floats(n);
                 let address = t.data_ptr() as usize;
                 pool.lock().unwrap().insert(id, t);
                 Reply::Address(address)
@@ -324,7 +325,7 @@ impl Run {
                 let chain = self
                     .top(t)
                     .map_or_else(Vec::new, |l| self.charged(&l.chain));
-                let bytes = 4 * floats as u64;
+                let bytes = float_block(floats);
                 for &f in &chain {
                     self.frames[f].charge(bytes);
                 }

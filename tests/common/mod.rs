@@ -82,6 +82,16 @@ pub fn floats(n: i64) -> Tensor {
     Tensor::zeros([n], (Kind::Float, device()))
 }
 
+/// The bytes the test device's allocator gives [`floats`]`(n)`: exactly `4 * n` on the CPU; on
+/// CUDA (real or fake) the caching allocator's block, rounded up to a multiple of 512 bytes.
+pub fn float_block(n: i64) -> u64 {
+    let bytes = 4 * n as u64;
+    match device() {
+        Device::Cpu => bytes,
+        _ => bytes.max(1).div_ceil(512) * 512,
+    }
+}
+
 /// A CPU tensor of `n` floats whatever the test device: exactly one allocation of `4 * n`
 /// bytes, for tests of byte-exact report contents.
 pub fn cpu_floats(n: i64) -> Tensor {

@@ -1,7 +1,7 @@
 // The fake device's operators. A few kernels make CUDA tensors (allocation, views, copies,
-// resizing, reading a scalar); everything else runs on the CPU through libtorch's boxed CPU
-// fallback, which copies the arguments to the CPU and the results back. Device memory is host
-// memory, so a copy between the devices is a CPU copy between two views of host memory.
+// resizing, filling, reading a scalar); everything else runs on the CPU through libtorch's
+// boxed CPU fallback, which copies the arguments to the CPU and the results back. Device memory
+// is host memory, so a copy between the devices is a CPU copy between two views of host memory.
 #include "allocator.h"
 #include "fake_cuda.h"
 
@@ -125,6 +125,15 @@ at::Tensor& set_empty(at::Tensor& self) {
   return self;
 }
 
+// Filling in place, as a CUDA kernel would: no copy to the CPU and back (the fallback's), so
+// `zeros`, `ones` and `full` allocate on the device only, as on a GPU.
+at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
+  if (self.numel() != 0) host_view(self).fill_(value);
+  return self;
+}
+
+at::Tensor& zero_(at::Tensor& self) { return fill_scalar(self, 0); }
+
 void record_stream(at::Tensor& self, c10::Stream stream) {
   allocator().recordStream(self.storage().data_ptr(), stream);
 }
@@ -150,6 +159,8 @@ TORCH_LIBRARY_IMPL(aten, CUDA, m) {
   m.impl("set_.source_Storage", TORCH_FN(at::native::set_));
   m.impl("set_.source_Tensor", TORCH_FN(at::native::set_tensor_));
   m.impl("set_", TORCH_FN(fc::set_empty));
+  m.impl("fill_.Scalar", TORCH_FN(fc::fill_scalar));
+  m.impl("zero_", TORCH_FN(fc::zero_));
   m.impl("record_stream", TORCH_FN(fc::record_stream));
   m.impl("_local_scalar_dense", TORCH_FN(at::native::_local_scalar_dense_cpu));
   // Views with a kernel per backend in libtorch (the generic ones, shared with the CPU).
