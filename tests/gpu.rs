@@ -71,6 +71,35 @@ fn reports_give_block_and_requested_bytes() {
     assert_eq!(json["escaped"][0]["bytes"], 512);
 }
 
+/// Filling factories allocate on the device only, on a GPU as on the fake device (whose fills
+/// run in place, not through the CPU): the report has the device's row and no `cpu` one.
+#[test]
+fn filled_tensors_allocate_on_the_device_only() {
+    let _serial = common::serial();
+    if cuda(1).is_none() {
+        return;
+    }
+    let on = (Kind::Float, Device::Cuda(0));
+    let r = scope(strict("fills"), || {
+        let made = [
+            Tensor::zeros([100], on),
+            Tensor::ones([100], on),
+            Tensor::full([100], 2.5, on),
+        ];
+        let read: Vec<f64> = made.iter().map(|t| t.double_value(&[99])).collect();
+        assert_eq!(read, [0.0, 1.0, 2.5]);
+    })
+    .unwrap()
+    .1;
+    let devices: Vec<String> = r
+        .devices
+        .iter()
+        .map(|d| format!("{:?}", d.device))
+        .collect();
+    assert_eq!(r.devices.len(), 1, "{devices:?}: {r}");
+    assert_eq!(row(&r, "cuda:0").allocations, r.allocations, "{r}");
+}
+
 /// The first matrix product of a thread makes a cuBLAS workspace that libtorch keeps: shown
 /// on its own line, never an escape; a real leak beside it is still found.
 #[test]
