@@ -80,24 +80,22 @@ fn filled_tensors_allocate_on_the_device_only() {
         return;
     }
     let on = (Kind::Float, Device::Cuda(0));
-    let r = scope(strict("fills"), || {
-        let made = [
+    let (made, r) = scope(strict("fills"), || {
+        [
             Tensor::zeros([100], on),
             Tensor::ones([100], on),
             Tensor::full([100], 2.5, on),
-        ];
-        let read: Vec<f64> = made.iter().map(|t| t.double_value(&[99])).collect();
-        assert_eq!(read, [0.0, 1.0, 2.5]);
+        ]
     })
-    .unwrap()
-    .1;
-    let devices: Vec<String> = r
-        .devices
-        .iter()
-        .map(|d| format!("{:?}", d.device))
-        .collect();
-    assert_eq!(r.devices.len(), 1, "{devices:?}: {r}");
-    assert_eq!(row(&r, "cuda:0").allocations, r.allocations, "{r}");
+    .unwrap();
+    assert_eq!(r.devices.len(), 1, "{r}");
+    assert_eq!(
+        (row(&r, "cuda:0").allocations, r.allocations),
+        (3, 3),
+        "{r}"
+    );
+    let read: Vec<f64> = made.iter().map(|t| t.double_value(&[99])).collect();
+    assert_eq!(read, [0.0, 1.0, 2.5]);
 }
 
 /// The first matrix product of a thread makes a cuBLAS workspace that libtorch keeps: shown
