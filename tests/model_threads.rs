@@ -7,7 +7,9 @@
 //! (`current()`) on one thread and carry it into another (`in_scope`, left open until a
 //! `Leave` step: its scope may end meanwhile, and scopes may be opened and exited inside the
 //! work), and drop or keep tensors on other threads than the one that made them. Tensors live
-//! in a shared pool.
+//! in a shared pool. A panic unwinds through a thread's top levels (own scope guards held on
+//! the stack, innermost dropped first, and `in_scope` work), caught by `catch_unwind` where it
+//! stops (inside carried work, which goes on, or around `in_scope`); a guard is dropped unexited.
 //!
 //! The model (README "Threads and tasks", "The runtime API"; the ledger's rules as
 //! model_check.rs states them):
@@ -26,7 +28,9 @@
 //!   back and what it or a scope it ends inside marked, and reports the rest it owns escaped;
 //!   all it owns moves to the open chain it ends into (charging the frames not charged yet),
 //!   or out of tracking. What it was charged for and does not own is another scope's (`held`).
-//!   An abandoned scope (unchecked) keeps all it owns: `not checked`, nothing escaped.
+//!   An abandoned scope (unchecked) keeps all it owns: `not checked`, nothing escaped; so does
+//!   one ended by a panic or a dropped guard (README "A report that was not checked"). Carried
+//!   work a panic unwinds through leaves as at a `Leave`; the carried scope goes on.
 //! - A strict scope's exit is `Err(Escaped)` exactly when something escaped; a lenient one's
 //!   is `Ok`. Every report's lines add up.
 //!
@@ -41,7 +45,9 @@ use common::{float_block, floats, serial};
 use gpu_scope::__introspect::ledger_state;
 use gpu_scope::{Error, EscapePolicy, Scope, ScopeHandle, ScopeOptions, ScopeReport};
 use proptest::prelude::*;
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use tch::Tensor;
@@ -74,6 +80,10 @@ enum Op {
     Carry(usize, usize),
     /// Returns from the carried work at the top of the thread.
     Leave(usize),
+    /// A panic through the thread's top `1 + .1 % levels` levels, caught below them.
+    Panic(usize, usize),
+    /// Drops the innermost own scope's guard without exit, if it is the thread's top level.
+    DropGuard(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -88,7 +98,9 @@ fn op() -> impl Strategy<Value = Op> {
         1 => t.clone().prop_map(Op::Abandon),
         2 => t.clone().prop_map(Op::Current),
         4 => (t.clone(), any::<usize>()).prop_map(|(t, h)| Op::Carry(t, h)),
-        2 => t.prop_map(Op::Leave),
+        2 => t.clone().prop_map(Op::Leave),
+        2 => (t.clone(), any::<usize>()).prop_map(|(t, k)| Op::Panic(t, k)),
+        1 => t.prop_map(Op::DropGuard),
     ]
 }
 
@@ -103,6 +115,8 @@ enum Cmd {
     Current,
     Carry(ScopeHandle),
     Leave,
+    Panic(usize),
+    DropGuard,
 }
 
 enum Reply {
@@ -110,12 +124,74 @@ enum Reply {
     Address(usize),
     Exited(Box<Result<ScopeReport, Error>>),
     Handle(Option<ScopeHandle>),
+    /// The reports of the scopes a panic or a drop ended, innermost first.
+    Unwound(Vec<ScopeReport>),
+}
+
+thread_local! {
+    /// Reports of the guards dropped so far by the panic (or drop) being served.
+    static UNWOUND: RefCell<Vec<ScopeReport>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A panic's payload: how many levels it unwinds through below the `in_scope` that catches it.
+struct Unwinding(usize);
+
+/// A scope guard held on the stack; dropped, it records the report of the scope's end.
+struct Guard(Option<Scope>);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        drop(self.0.take());
+        UNWOUND.with(|u| u.borrow_mut().push(gpu_scope::last_report().unwrap()));
+    }
+}
+
+/// Holds `scopes` (outermost first) in nested frames and panics in the innermost one.
+fn unwind(mut scopes: Vec<Scope>, below: usize) -> ! {
+    if scopes.is_empty() {
+        std::panic::panic_any(Unwinding(below));
+    }
+    let _outer = Guard(Some(scopes.remove(0)));
+    unwind(scopes, below)
+}
+
+/// A panic through the top `levels` levels of a thread whose own scopes above the carried work
+/// are `scopes[base..]`: caught here when they are all own scopes, else out of the work.
+fn panic_through(levels: usize, scopes: &mut Vec<Scope>, base: usize) -> Reply {
+    let own = scopes.len() - base;
+    let dropped = scopes.split_off(scopes.len() - levels.min(own));
+    if levels > own {
+        unwind(dropped, levels - own - 1);
+    }
+    let caught = catch_unwind(AssertUnwindSafe(|| unwind(dropped, 0)));
+    assert!(caught.is_err_and(|p| p.is::<Unwinding>()));
+    Reply::Unwound(UNWOUND.with(|u| u.take()))
+}
+
+/// Keeps the test's own panics off stderr.
+fn quiet_panics() {
+    static QUIET: std::sync::Once = std::sync::Once::new();
+    QUIET.call_once(|| {
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !info.payload().is::<Unwinding>() {
+                hook(info)
+            }
+        }));
+    });
 }
 
 type Pool = Arc<Mutex<HashMap<usize, Tensor>>>;
 
 /// A worker's loop: one command, one reply. Returns false once the test thread has gone.
-fn serve(rx: &Receiver<Cmd>, tx: &Sender<Reply>, pool: &Pool, scopes: &mut Vec<Scope>) -> bool {
+/// `scopes[base..]` are those opened in the carried work this loop serves (all, at the bottom).
+fn serve(
+    rx: &Receiver<Cmd>,
+    tx: &Sender<Reply>,
+    pool: &Pool,
+    scopes: &mut Vec<Scope>,
+    base: usize,
+) -> bool {
     while let Ok(cmd) = rx.recv() {
         let reply = match cmd {
             Cmd::Alloc(id, n) => {
@@ -147,14 +223,26 @@ fn serve(rx: &Receiver<Cmd>, tx: &Sender<Reply>, pool: &Pool, scopes: &mut Vec<S
             Cmd::Abandon => Reply::Exited(Box::new(Ok(scopes.pop().unwrap().abandon()))),
             Cmd::Current => Reply::Handle(gpu_scope::current()),
             Cmd::Carry(handle) => {
-                let served =
-                    handle.in_scope(|| tx.send(Reply::Done).is_ok() && serve(rx, tx, pool, scopes));
-                if !served {
-                    return false;
+                let inner = scopes.len();
+                let served = catch_unwind(AssertUnwindSafe(|| {
+                    handle.in_scope(|| {
+                        tx.send(Reply::Done).is_ok() && serve(rx, tx, pool, scopes, inner)
+                    })
+                }));
+                match served.map_err(|p| p.downcast::<Unwinding>()) {
+                    Ok(true) => Reply::Done,
+                    Ok(false) => return false,
+                    Err(Ok(u)) if u.0 == 0 => Reply::Unwound(UNWOUND.with(|u| u.take())),
+                    Err(Ok(u)) => panic_through(u.0, scopes, base),
+                    Err(Err(p)) => resume_unwind(p),
                 }
-                Reply::Done
             }
             Cmd::Leave => return true,
+            Cmd::Panic(levels) => panic_through(levels, scopes, base),
+            Cmd::DropGuard => {
+                drop(Guard(scopes.pop()));
+                Reply::Unwound(UNWOUND.with(|u| u.take()))
+            }
         };
         if tx.send(reply).is_err() {
             return false;
@@ -248,7 +336,7 @@ impl Run {
             let (send, rx) = channel();
             let (tx, pool) = (tx.clone(), run.pool.clone());
             run.workers.push(std::thread::spawn(move || {
-                serve(&rx, &tx, &pool, &mut Vec::new());
+                serve(&rx, &tx, &pool, &mut Vec::new(), 0);
             }));
             run.to.push(send);
         }
@@ -391,9 +479,18 @@ impl Run {
                 };
                 self.stacks[t].push(level);
             }
-            Op::Exit(t) if self.top(t).is_some_and(|l| l.own.is_some()) => self.exit(t, true)?,
+            Op::Exit(t) if self.top(t).is_some_and(|l| l.own.is_some()) => {
+                self.exit(t, true, None)?
+            }
             Op::Abandon(t) if self.top(t).is_some_and(|l| l.own.is_some()) => {
-                self.exit(t, false)?
+                self.exit(t, false, None)?
+            }
+            Op::DropGuard(t) if self.top(t).is_some_and(|l| l.own.is_some()) => {
+                self.unwind(t, Cmd::DropGuard, 1)?
+            }
+            Op::Panic(t, k) if !self.stacks[t].is_empty() => {
+                let levels = 1 + k % self.stacks[t].len();
+                self.unwind(t, Cmd::Panic(levels), levels)?
             }
             Op::Current(t) => {
                 let Reply::Handle(handle) = self.ask(t, Cmd::Current)? else {
@@ -446,6 +543,26 @@ impl Run {
         })
     }
 
+    /// Has thread `t` end its top `levels` levels by `cmd` (a panic or a dropped guard): own
+    /// scopes end unchecked, innermost first, carried work leaves.
+    fn unwind(&mut self, t: usize, cmd: Cmd, levels: usize) -> Result<(), TestCaseError> {
+        let Reply::Unwound(reports) = self.ask(t, cmd)? else {
+            return Err(fail("no reports"));
+        };
+        let mut reports = reports.into_iter();
+        for _ in 0..levels {
+            match self.top(t).unwrap().own {
+                Some(_) => {
+                    let report = reports.next().ok_or_else(|| fail("a report short"))?;
+                    self.exit(t, false, Some(report))?
+                }
+                None => drop(self.stacks[t].pop()),
+            }
+        }
+        prop_assert!(reports.next().is_none(), "a report too many");
+        Ok(())
+    }
+
     /// No scope tracks `id` any more: freed, or escaped / kept past every scope.
     fn discharge(&mut self, id: usize, freed: bool) {
         let info = &mut self.info[id];
@@ -462,8 +579,13 @@ impl Run {
     }
 
     /// Exits thread `t`'s innermost scope (or, not `checked`, abandons it: all it owns is
-    /// kept) and compares its report with the model.
-    fn exit(&mut self, t: usize, checked: bool) -> Result<(), TestCaseError> {
+    /// kept; `ended`: its report, of an end already made) and compares its report with the model.
+    fn exit(
+        &mut self,
+        t: usize,
+        checked: bool,
+        ended: Option<ScopeReport>,
+    ) -> Result<(), TestCaseError> {
         let level = self.stacks[t].pop().unwrap();
         let f = level.own.unwrap();
         let returned = self.frames[f].returned.clone();
@@ -471,8 +593,12 @@ impl Run {
             true => Cmd::Exit(returned.clone()),
             false => Cmd::Abandon,
         };
-        let Reply::Exited(result) = self.ask(t, cmd)? else {
-            return Err(fail("no report"));
+        let result = match ended {
+            Some(report) => Box::new(Ok(report)),
+            None => match self.ask(t, cmd)? {
+                Reply::Exited(result) => result,
+                _ => return Err(fail("no report")),
+            },
         };
         let into = self.top(t).map(|l| l.chain.clone()).unwrap_or_default();
         self.frames[f].open = false;
@@ -551,7 +677,7 @@ impl Run {
         for t in 0..THREADS {
             while let Some(level) = self.top(t) {
                 match level.own {
-                    Some(_) => self.exit(t, true)?,
+                    Some(_) => self.exit(t, true, None)?,
                     None => self.apply(&Op::Leave(t))?,
                 }
             }
@@ -567,6 +693,7 @@ fn fail(why: impl std::fmt::Display) -> TestCaseError {
 /// Runs `program` (each worker starts inside one strict scope; what is left open is ended
 /// afterwards) and checks every report, then that the ledger is empty.
 fn check(program: &[Op]) -> Result<(), TestCaseError> {
+    quiet_panics();
     let failures = ledger_state().callback_failures;
     let mut run = Run::new();
     for t in 0..THREADS {
