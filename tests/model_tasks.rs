@@ -32,6 +32,7 @@
 //! runs this on the fake CUDA device too, whose caching allocator reuses addresses at once).
 mod common;
 
+use common::model::{fail, ledger_left_empty, Workers};
 use common::{float_block, floats, serial};
 use gpu_scope::__introspect::ledger_state;
 use gpu_scope::__private::{Finish, ScopeFuture};
@@ -40,7 +41,7 @@ use proptest::prelude::*;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use tch::Tensor;
@@ -260,9 +261,7 @@ struct TaskRun {
 
 #[derive(Default)]
 struct Run {
-    to: Vec<Sender<Cmd>>,
-    from: Option<Receiver<Reply>>,
-    workers: Vec<std::thread::JoinHandle<()>>,
+    workers: Option<Workers<Cmd, Reply>>,
     pool: Pool,
     frames: Vec<Frame>,
     info: Vec<Info>,
@@ -273,40 +272,24 @@ struct Run {
     tasks: Vec<TaskRun>,
 }
 
-impl Drop for Run {
-    fn drop(&mut self) {
-        // Workers end when their channel closes (a failed case leaves them mid-program).
-        self.tasks.clear();
-        self.to.clear();
-        self.workers.drain(..).for_each(|w| drop(w.join()));
-    }
-}
-
 type Outcome = Result<(), TestCaseError>;
-
-fn fail(why: impl std::fmt::Display) -> TestCaseError {
-    TestCaseError::fail(why.to_string())
-}
 
 impl Run {
     fn new() -> Run {
-        let (tx, from) = channel();
-        let mut run = Run::default();
-        (run.from, run.stacks) = (Some(from), vec![Vec::new(); THREADS]);
-        for _ in 0..THREADS {
-            let (send, rx) = channel();
-            let (tx, pool) = (tx.clone(), run.pool.clone());
-            run.workers.push(std::thread::spawn(|| serve(rx, tx, pool)));
-            run.to.push(send);
+        let pool = Pool::default();
+        let serving = pool.clone();
+        Run {
+            workers: Some(Workers::start(THREADS, move |rx, tx| {
+                serve(rx, tx, serving.clone())
+            })),
+            pool,
+            stacks: vec![Vec::new(); THREADS],
+            ..Run::default()
         }
-        run
     }
 
-    /// Hands the token to thread `t` for one command and waits for its reply.
     fn ask(&self, t: usize, cmd: Cmd) -> Result<Reply, TestCaseError> {
-        self.to[t].send(cmd).map_err(|_| fail("worker gone"))?;
-        let from = self.from.as_ref().unwrap();
-        from.recv().map_err(|_| fail("worker died"))
+        self.workers.as_ref().unwrap().ask(t, cmd)
     }
 
     fn new_frame(&mut self, strict: bool) -> usize {
@@ -644,10 +627,7 @@ fn check(program: &[Op]) -> Outcome {
     run.finish()?;
     run.pool.lock().unwrap().clear();
     drop(run);
-    let s = ledger_state();
-    prop_assert_eq!((s.depth, s.entries, s.frames, s.wrapped), (0, 0, 0, 0));
-    prop_assert_eq!(s.callback_failures, failures);
-    Ok(())
+    ledger_left_empty(failures)
 }
 
 proptest! {

@@ -41,6 +41,7 @@
 //! on the fake CUDA device too, whose caching allocator reuses addresses at once).
 mod common;
 
+use common::model::{fail, ledger_left_empty, Workers};
 use common::{float_block, floats, serial};
 use gpu_scope::__introspect::ledger_state;
 use gpu_scope::{Error, EscapePolicy, Scope, ScopeHandle, ScopeOptions, ScopeReport};
@@ -48,7 +49,7 @@ use proptest::prelude::*;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use tch::Tensor;
 
@@ -303,9 +304,7 @@ fn joined(head: &[usize], below: &[usize]) -> Vec<usize> {
 
 #[derive(Default)]
 struct Run {
-    to: Vec<Sender<Cmd>>,
-    from: Option<Receiver<Reply>>,
-    workers: Vec<std::thread::JoinHandle<()>>,
+    workers: Option<Workers<Cmd, Reply>>,
     pool: Pool,
     frames: Vec<Frame>,
     info: Vec<Info>,
@@ -316,41 +315,22 @@ struct Run {
     handles: Vec<(ScopeHandle, Vec<usize>)>,
 }
 
-impl Drop for Run {
-    fn drop(&mut self) {
-        // Workers end when their channel closes (a failed case leaves them mid-program).
-        self.to.clear();
-        self.handles.clear();
-        for w in self.workers.drain(..) {
-            let _ = w.join();
-        }
-    }
-}
-
 impl Run {
     fn new() -> Run {
-        let (tx, from) = channel();
-        let mut run = Run::default();
-        (run.from, run.stacks) = (Some(from), vec![Vec::new(); THREADS]);
-        for _ in 0..THREADS {
-            let (send, rx) = channel();
-            let (tx, pool) = (tx.clone(), run.pool.clone());
-            run.workers.push(std::thread::spawn(move || {
-                serve(&rx, &tx, &pool, &mut Vec::new(), 0);
-            }));
-            run.to.push(send);
+        let pool = Pool::default();
+        let serving = pool.clone();
+        Run {
+            workers: Some(Workers::start(THREADS, move |rx, tx| {
+                serve(&rx, &tx, &serving, &mut Vec::new(), 0);
+            })),
+            pool,
+            stacks: vec![Vec::new(); THREADS],
+            ..Run::default()
         }
-        run
     }
 
-    /// Hands the token to thread `t` for one command and waits for its reply.
     fn ask(&self, t: usize, cmd: Cmd) -> Result<Reply, TestCaseError> {
-        self.to[t].send(cmd).map_err(|_| fail("worker gone"))?;
-        self.from
-            .as_ref()
-            .unwrap()
-            .recv()
-            .map_err(|_| fail("worker died"))
+        self.workers.as_ref().unwrap().ask(t, cmd)
     }
 
     fn open(&self, f: usize) -> bool {
@@ -686,10 +666,6 @@ impl Run {
     }
 }
 
-fn fail(why: impl std::fmt::Display) -> TestCaseError {
-    TestCaseError::fail(why.to_string())
-}
-
 /// Runs `program` (each worker starts inside one strict scope; what is left open is ended
 /// afterwards) and checks every report, then that the ledger is empty.
 fn check(program: &[Op]) -> Result<(), TestCaseError> {
@@ -705,13 +681,7 @@ fn check(program: &[Op]) -> Result<(), TestCaseError> {
     run.finish()?;
     run.pool.lock().unwrap().clear();
     drop(run);
-    let state = ledger_state();
-    prop_assert_eq!(
-        (state.depth, state.entries, state.frames, state.wrapped),
-        (0, 0, 0, 0)
-    );
-    prop_assert_eq!(state.callback_failures, failures);
-    Ok(())
+    ledger_left_empty(failures)
 }
 
 proptest! {

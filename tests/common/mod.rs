@@ -3,6 +3,8 @@
 use gpu_scope::{DeviceReport, Error, EscapePolicy, ScopeOptions, ScopeReport};
 use tch::{Device, Kind, Tensor};
 
+pub mod model;
+
 /// The device the engine tests run on: `GPU_SCOPE_TEST_DEVICE` (`cpu`, `cuda`, `cuda:N`);
 /// by default `cuda:0` in a `--features fake-cuda` build, else the CPU.
 pub fn device() -> Device {
